@@ -1,0 +1,115 @@
+"""What every child process shares: start-up, stop signals, parent watch, and its report.
+
+A child reports by rewriting ``state_dir/children/<name>.json`` (atomically) from its main
+loop about twice a second; the file's ``heartbeat`` tells the supervisor the loop is alive.
+Signal handlers only set a flag; the loops look at it at least every half second.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+from prefetchd.config import Config
+from prefetchd.errors import PrefetchdError
+from prefetchd.layout import Layout, write_atomic
+from prefetchd.logs import redact, setup_logging
+from prefetchd.states import CHILD_BOOT_FAILURE
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+REPORT_INTERVAL = 0.5
+MAX_LAST_ERRORS = 10
+
+
+class ChildContext:
+    """The handle a role's main loop uses to learn it must stop and to publish its counters."""
+
+    def __init__(self, name: str, config: Config) -> None:
+        self.name = name
+        self.config = config
+        self.layout = Layout.of(config)
+        self.stopping = False
+        self.ready = False
+        self.counters: dict[str, Any] = {}
+        self.last_errors: deque[dict[str, Any]] = deque(maxlen=MAX_LAST_ERRORS)
+        self._parent = os.getppid()
+        self._last_report = 0.0
+        self._path = self.layout.children / f"{name}.json"
+
+    def should_stop(self) -> bool:
+        if not self.stopping and os.getppid() != self._parent:
+            log.warning("the supervisor is gone; stopping")
+            self.stopping = True
+        return self.stopping
+
+    def error(self, key: str | None, message: str) -> None:
+        """Record an error for status (the caller logs it once)."""
+        self.last_errors.append({"time": time.time(), "key": key, "error": redact(message)})
+
+    def report(self, *, force: bool = False, **extra: Any) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < REPORT_INTERVAL:
+            return
+        self._last_report = now
+        record = {
+            "name": self.name,
+            "pid": os.getpid(),
+            "heartbeat": time.time(),
+            "ready": self.ready,
+            **self.counters,
+            **extra,
+            "last_errors": list(self.last_errors),
+        }
+        write_atomic(self._path, json.dumps(record).encode())
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+
+def child_main(role: str, index: int, config: Config) -> None:
+    """Entry point of every child process (spawned, so nothing is inherited but arguments)."""
+    name = role if role == "downloader" else f"{role}-{index}"
+    setup_logging(config.log.level, name)
+    _die_with_parent()
+    ctx = ChildContext(name, config)
+    signal.signal(signal.SIGTERM, ctx._on_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which drains
+    try:
+        if role == "downloader":
+            from prefetchd.downloader import Downloader
+
+            Downloader(ctx).run()
+        else:
+            from prefetchd.writer import Writer
+
+            Writer(ctx, index).run()
+    except PrefetchdError as exc:
+        message = redact(str(exc))
+        log.error("%s", message)
+        ctx.report(force=True, boot_error=message if not ctx.ready else None, fatal=message)
+        sys.exit(CHILD_BOOT_FAILURE if not ctx.ready else 1)
+    except Exception as exc:
+        message = redact(f"{type(exc).__name__}: {exc}")
+        log.error("crashed: %s\n%s", message, redact(traceback.format_exc()))
+        ctx.report(force=True, boot_error=message if not ctx.ready else None, fatal=message)
+        sys.exit(CHILD_BOOT_FAILURE if not ctx.ready else 1)
+    ctx.report(force=True, stopped=True)
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGTERM us if the supervisor dies (Linux); loops also poll getppid."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,90 @@
+"""The ``prefetchd`` command: run, status, check. User mistakes are one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import NoReturn
+
+from prefetchd import __version__
+from prefetchd.config import Config, load_config
+from prefetchd.errors import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE, PrefetchdError
+from prefetchd.layout import Layout
+from prefetchd.logs import redact, setup_logging
+from prefetchd.status import is_running, read_status, render_table
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"prefetchd: {message} (see prefetchd --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="prefetchd", description="Feed TensorFlow from S3 at full speed.")
+    parser.add_argument("--version", action="version", version=f"prefetchd {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="run the daemon in the foreground")
+    run.add_argument("--config", required=True, help="path to the YAML config")
+    status = sub.add_parser("status", help="show the state of a running daemon")
+    status.add_argument("--config", required=True, help="path to the YAML config")
+    status.add_argument("--json", action="store_true", help="print the status record as JSON")
+    status.add_argument("--watch", action="store_true", help="redraw every second until Ctrl-C")
+    check = sub.add_parser("check", help="validate config, credentials, bucket and directories")
+    check.add_argument("--config", required=True, help="path to the YAML config")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+        if args.command == "run":
+            return _run(config)
+        if args.command == "status":
+            return _status(config, as_json=args.json, watch=args.watch)
+        return _check(config)
+    except PrefetchdError as exc:
+        print(f"prefetchd: {redact(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(config: Config) -> int:
+    from prefetchd.supervisor import Supervisor
+
+    setup_logging(config.log.level, "supervisor")
+    supervisor = Supervisor(config)
+    code = supervisor.run()
+    if supervisor.reason:
+        print(f"prefetchd: {supervisor.reason}", file=sys.stderr)
+    return code
+
+
+def _status(config: Config, *, as_json: bool, watch: bool) -> int:
+    layout = Layout.of(config)
+    while True:
+        status = read_status(layout)
+        if not is_running(status):
+            last = f" (last state: {status.get('state')})" if status else ""
+            print(f"prefetchd: not running for {config.path}{last}", file=sys.stderr)
+            return EXIT_NOT_RUNNING
+        assert status is not None
+        text = json.dumps(status, indent=2, sort_keys=True) if as_json else render_table(status)
+        if not watch:
+            print(text)
+            return EXIT_OK
+        sys.stdout.write("\x1b[H\x1b[J" + text + "\n")
+        sys.stdout.flush()
+        time.sleep(1.0)
+
+
+def _check(config: Config) -> int:
+    from prefetchd.check import run_checks
+
+    findings = run_checks(config)
+    for finding in findings:
+        print(f"{finding.level.upper():<4} {redact(finding.message)}")
+    return EXIT_FAILURE if any(f.level == "fail" for f in findings) else EXIT_OK

@@ -1,0 +1,466 @@
+"""The one typed, frozen configuration object, loaded and validated once.
+
+Every problem is reported as a ``ConfigError`` whose message names the key, the bad value and
+what is allowed, so the CLI can print it as one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from prefetchd.errors import ConfigError
+from prefetchd.sizes import format_size, parse_size
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+BUILTIN_FORMATS = ("tfrecord", "raw")
+CLIENTS = ("classic", "crt")
+COMPRESSIONS = ("none", "gzip")
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
+_PLUGIN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    url: str
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    include: tuple[str, ...] = ("*",)
+    format: str = "tfrecord"
+    manifest: str | None = None
+
+    @property
+    def bucket(self) -> str:
+        return split_s3_url(self.url)[0]
+
+    @property
+    def prefix(self) -> str:
+        return split_s3_url(self.url)[1]
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    num_workers: int = 1
+    worker_index: int = 0
+
+
+@dataclass(frozen=True)
+class EpochsConfig:
+    count: int | None = 1
+    shuffle: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DownloadConfig:
+    cache_dir: Path = Path("/var/cache/prefetchd")
+    window: int = 16 * 1024**3
+    concurrency: int = 32
+    part_size: int = 8 * 1024**2
+    client: str = "classic"
+    retries: int = 10
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    ram_dir: Path = Path("/dev/shm/prefetchd")
+    ram_budget: int = 4 * 1024**3
+    writers: int = 2
+    shard_size: int = 128 * 1024**2
+    mix: int = 8
+    compression: str = "none"
+
+
+@dataclass(frozen=True)
+class StatusConfig:
+    state_dir: Path = Path("/var/lib/prefetchd")
+    metrics_port: int | None = None
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class Config:
+    source: SourceConfig
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
+    epochs: EpochsConfig = field(default_factory=EpochsConfig)
+    download: DownloadConfig = field(default_factory=DownloadConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    status: StatusConfig = field(default_factory=StatusConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    path: Path | None = None  # the YAML file it came from, if any
+
+    def job_fingerprint(self) -> dict[str, Any]:
+        """What makes two runs "the same job", so a restart may resume the other's state."""
+        return {
+            "url": self.source.url,
+            "endpoint_url": self.source.endpoint_url,
+            "include": list(self.source.include),
+            "format": self.source.format,
+            "manifest": self.source.manifest,
+            "num_workers": self.sharding.num_workers,
+            "worker_index": self.sharding.worker_index,
+            "epochs": [self.epochs.count, self.epochs.shuffle, self.epochs.seed],
+            "compression": self.output.compression,
+            "writers": self.output.writers,  # writer journals are per writer index
+        }
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix/")``; raises ``ValueError``."""
+    if not url.startswith("s3://"):
+        raise ValueError("expected s3://bucket/prefix/")
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    if not _BUCKET.match(bucket):
+        raise ValueError("expected s3://bucket/prefix/ with a valid bucket name")
+    return bucket, prefix
+
+
+# --- YAML loading ---------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that rejects duplicate keys instead of keeping the last one."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if not isinstance(key, Hashable):
+            continue  # construct_mapping below reports it as a YAML error
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise ConfigError(f"duplicate key {key!r} at line {line}")
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read, parse and validate a YAML config file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc}") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    try:
+        return config_from_dict(data, base_dir=path.resolve().parent, path=path)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def config_from_dict(
+    data: object, *, base_dir: Path | None = None, path: Path | None = None
+) -> Config:
+    """Validate an already-parsed mapping. Relative paths are taken from ``base_dir``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError("the config must be a mapping of sections (source, download, ...)")
+    _reject_unknown(data, _SECTIONS, "")
+    sections: dict[str, Any] = {}
+    for name, (cls, fields) in _SECTIONS.items():
+        raw = data.get(name, {})
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{name}: expected a mapping of keys, got {_show(raw)}")
+        _reject_unknown(raw, fields, name + ".")
+        values: dict[str, Any] = {}
+        for key, spec in fields.items():
+            dotted = f"{name}.{key}"
+            if key not in raw:
+                if spec.required:
+                    raise ConfigError(f"{dotted} is required")
+                continue
+            try:
+                values[key] = spec.convert(raw[key])
+            except ValueError as exc:
+                raise ConfigError(f"{dotted}: {_show(raw[key])} is not allowed: {exc}") from None
+            if isinstance(values[key], Path) and not values[key].is_absolute():
+                values[key] = (base_dir or Path.cwd()) / values[key]
+        sections[name] = cls(**values)
+    if "source" not in data:
+        raise ConfigError("source.url is required")
+    sharding = _resolve_sharding(data.get("sharding") or {})
+    config = Config(**{**sections, "sharding": sharding}, path=path)
+    _check_cross_fields(config)
+    return config
+
+
+class _Spec:
+    def __init__(self, convert: Callable[[object], Any], *, required: bool = False) -> None:
+        self.convert = convert
+        self.required = required
+
+
+def _reject_unknown(raw: Mapping[Any, Any], known: Mapping[str, Any], where: str) -> None:
+    for key in raw:
+        if key not in known:
+            allowed = ", ".join(where + k for k in known)
+            raise ConfigError(f"unknown key {where}{key} (allowed: {allowed})")
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- converters: each returns the typed value or raises ValueError(what is allowed) ----------
+
+T = TypeVar("T")
+
+
+def _int_in(lo: int, hi: int) -> Callable[[object], int]:
+    def convert(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number from {lo} to {hi}")
+        if not lo <= value <= hi:
+            raise ValueError(f"expected a whole number from {lo} to {hi}")
+        return value
+
+    return convert
+
+
+def _size_in(lo: int, hi: int) -> Callable[[object], int]:
+    def convert(value: object) -> int:
+        size = parse_size(value)
+        if not lo <= size <= hi:
+            raise ValueError(f"expected a size from {format_size(lo)} to {format_size(hi)}")
+        return size
+
+    return convert
+
+
+def _choice(*allowed: str) -> Callable[[object], str]:
+    def convert(value: object) -> str:
+        if value not in allowed:
+            raise ValueError("expected one of " + ", ".join(allowed))
+        return str(value)
+
+    return convert
+
+
+def _optional(inner: Callable[[object], T]) -> Callable[[object], T | None]:
+    def convert(value: object) -> T | None:
+        return None if value is None else inner(value)
+
+    return convert
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    return value
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def _path(value: object) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a directory path")
+    return Path(value).expanduser()
+
+
+def _s3_url(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected s3://bucket/prefix/")
+    split_s3_url(value)
+    return value
+
+
+def _endpoint(value: object) -> str:
+    if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+", value):
+        raise ValueError("expected an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+def _globs(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ValueError('expected a non-empty list of glob patterns, e.g. ["*.tfrecord"]')
+    if not all(isinstance(v, str) and v for v in value):
+        raise ValueError("every pattern must be a non-empty string")
+    return tuple(value)
+
+
+def _format(value: object) -> str:
+    if value in BUILTIN_FORMATS:
+        return str(value)
+    if isinstance(value, str) and _PLUGIN.match(value):
+        return value
+    raise ValueError(
+        "expected one of " + ", ".join(BUILTIN_FORMATS) + ' or "package.module:function"'
+    )
+
+
+def _manifest(value: object) -> str:
+    text = _text(value)
+    if text.startswith("s3://"):
+        split_s3_url(text)
+    return text
+
+
+def _num_workers(value: object) -> int | str:
+    if value == "auto":
+        return "auto"
+    return _int_in(1, 100_000)(value)
+
+
+def _epoch_count(value: object) -> int | None:
+    return None if value is None else _int_in(1, 1_000_000)(value)
+
+
+_SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
+    "source": (
+        SourceConfig,
+        {
+            "url": _Spec(_s3_url, required=True),
+            "endpoint_url": _Spec(_optional(_endpoint)),
+            "region": _Spec(_optional(_text)),
+            "profile": _Spec(_optional(_text)),
+            "include": _Spec(_globs),
+            "format": _Spec(_format),
+            "manifest": _Spec(_optional(_manifest)),
+        },
+    ),
+    "sharding": (
+        ShardingConfig,
+        {"num_workers": _Spec(_num_workers), "worker_index": _Spec(_int_in(0, 99_999))},
+    ),
+    "epochs": (
+        EpochsConfig,
+        {"count": _Spec(_epoch_count), "shuffle": _Spec(_bool), "seed": _Spec(_int_in(0, 2**63))},
+    ),
+    "download": (
+        DownloadConfig,
+        {
+            "cache_dir": _Spec(_path),
+            "window": _Spec(_size_in(1024**2, 1024**5)),
+            "concurrency": _Spec(_int_in(1, 1024)),
+            "part_size": _Spec(_size_in(64 * 1024, 5 * 1024**3)),
+            "client": _Spec(_choice(*CLIENTS)),
+            "retries": _Spec(_int_in(0, 100)),
+        },
+    ),
+    "output": (
+        OutputConfig,
+        {
+            "ram_dir": _Spec(_path),
+            "ram_budget": _Spec(_size_in(1024**2, 1024**5)),
+            "writers": _Spec(_int_in(1, 64)),
+            "shard_size": _Spec(_size_in(64 * 1024, 64 * 1024**3)),
+            "mix": _Spec(_int_in(1, 4096)),
+            "compression": _Spec(_choice(*COMPRESSIONS)),
+        },
+    ),
+    "status": (
+        StatusConfig,
+        {"state_dir": _Spec(_path), "metrics_port": _Spec(_optional(_int_in(1, 65535)))},
+    ),
+    "log": (LogConfig, {"level": _Spec(_choice(*LOG_LEVELS))}),
+}
+
+
+def _resolve_sharding(raw: Mapping[str, Any]) -> ShardingConfig:
+    num = raw.get("num_workers", 1)
+    if num == "auto":
+        if "worker_index" in raw:
+            raise ConfigError(
+                "sharding.worker_index must not be set when sharding.num_workers is auto "
+                "(it comes from TF_CONFIG)"
+            )
+        return ShardingConfig(*workers_from_tf_config(os.environ.get("TF_CONFIG")))
+    index = raw.get("worker_index", 0)
+    if index >= num:
+        raise ConfigError(
+            f"sharding.worker_index: {index} is not allowed: expected 0 to {num - 1} "
+            f"(sharding.num_workers is {num})"
+        )
+    return ShardingConfig(num_workers=num, worker_index=index)
+
+
+def workers_from_tf_config(text: str | None) -> tuple[int, int]:
+    """(num_workers, worker_index) from a tf.distribute ``TF_CONFIG`` cluster spec.
+
+    The chief (if any) counts as worker 0 and the workers follow, which is how
+    MultiWorkerMirroredStrategy numbers them.
+    """
+    if not text:
+        raise ConfigError("sharding.num_workers is auto but TF_CONFIG is not set")
+    try:
+        spec = json.loads(text)
+        cluster = spec["cluster"]
+        task = spec["task"]
+        chiefs = len(cluster.get("chief", []))
+        workers = len(cluster.get("worker", []))
+        kind, index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError(
+            "sharding.num_workers is auto but TF_CONFIG is not a valid cluster spec "
+            '(expected {"cluster": {"worker": [...]}, "task": {"type": ..., "index": ...}})'
+        ) from None
+    total = chiefs + workers
+    if kind == "chief" and 0 <= index < chiefs:
+        return total, index
+    if kind == "worker" and 0 <= index < workers:
+        return total, chiefs + index
+    raise ConfigError(
+        f"sharding.num_workers is auto but TF_CONFIG task {kind}:{index} is not a chief or "
+        "worker of the cluster"
+    )
+
+
+def _check_cross_fields(config: Config) -> None:
+    out = config.output
+    need = (out.writers + 1) * out.shard_size
+    if out.ram_budget < need:
+        raise ConfigError(
+            f"output.ram_budget: {format_size(out.ram_budget)} is too small: it must hold "
+            f"(output.writers + 1) x output.shard_size = {format_size(need)}"
+        )
+    dirs = {
+        "download.cache_dir": config.download.cache_dir,
+        "output.ram_dir": config.output.ram_dir,
+        "status.state_dir": config.status.state_dir,
+    }
+    names = list(dirs)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            pa, pb = dirs[a].resolve(), dirs[b].resolve()
+            if pa == pb or pa in pb.parents or pb in pa.parents:
+                raise ConfigError(
+                    f"{a} ({dirs[a]}) and {b} ({dirs[b]}) must be separate directories, "
+                    "neither inside the other"
+                )

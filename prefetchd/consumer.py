@@ -1,0 +1,238 @@
+"""The trainer side: ``ready_files()`` claims finished shards and frees them once read.
+
+A claim is an atomic rename of ``ready/<shard>`` to ``claimed/<owner>-<shard>``, so several
+trainer processes on one host get disjoint shards. The RAM of a claimed shard is given back
+without any acknowledgement from trainer code: a background thread watches ``claimed/`` with
+inotify and deletes a shard of ours when the last open handle on it is closed after it was
+opened at least once — never while TensorFlow still reads it. Shards claimed by a process that
+died are returned to ``ready/`` by the daemon (at-least-once across trainer crashes).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import itertools
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import ClassVar
+
+from prefetchd.config import Config, load_config
+from prefetchd.errors import DaemonFailed
+from prefetchd.inotify import IN_CLOSE, IN_MOVED_TO, IN_OPEN, Event, Watch
+from prefetchd.layout import Layout, claim_name, create_exclusive, epoch_prefix
+from prefetchd.states import DaemonState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE = 60.0
+_POLL = 0.2
+
+
+def ready_files(
+    config: str | os.PathLike[str] | Config,
+    *,
+    epoch: int | None = None,
+    timeout: float | None = None,
+    grace: float = DEFAULT_GRACE,
+) -> Iterator[str]:
+    """Yield paths of complete TFRecord shards, each to exactly one caller on this host.
+
+    With ``epoch=k`` only epoch k's shards are yielded and the iterator returns at that epoch's
+    end; without it, all epochs in order, returning after the last. Raises ``DaemonFailed`` if
+    the daemon reports ``failed`` or has been gone longer than ``grace`` seconds, and
+    ``TimeoutError`` after ``timeout`` seconds without a new shard.
+    """
+    cfg = config if isinstance(config, Config) else load_config(config)
+    count = cfg.epochs.count
+    if epoch is not None and (epoch < 0 or (count is not None and epoch >= count)):
+        raise ValueError(f"epoch {epoch} is not one of this job's epochs (epochs.count={count})")
+    epochs: Iterable[int] = (
+        [epoch] if epoch is not None else (range(count) if count else itertools.count())
+    )
+    layout = Layout.of(cfg)
+    health = _DaemonHealth(layout, grace)
+    _wait_for_dirs(layout, health)
+    releaser = ShardReleaser.for_layout(layout)
+    last_shard = time.monotonic()
+    with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
+        for k in epochs:
+            prefix = epoch_prefix(k)
+            while True:
+                path = _claim(layout, prefix, releaser)
+                if path is not None:
+                    last_shard = time.monotonic()
+                    yield path
+                    continue
+                if layout.complete_marker(k).exists() and not _ready_names(layout, prefix):
+                    break
+                health.check()
+                if timeout is not None and time.monotonic() - last_shard > timeout:
+                    raise TimeoutError(f"no new shard of epoch {k} for {timeout:g} s")
+                arrivals.read(_POLL)
+
+
+def _ready_names(layout: Layout, prefix: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(layout.ram_ready) if n.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def _claim(layout: Layout, prefix: str, releaser: ShardReleaser) -> str | None:
+    for name in _ready_names(layout, prefix):
+        claimed = claim_name(releaser.owner, name)
+        releaser.track(claimed)
+        try:
+            os.rename(layout.ram_ready / name, layout.ram_claimed / claimed)
+        except FileNotFoundError:
+            releaser.untrack(claimed)
+            continue  # another trainer process claimed it first
+        return str(layout.ram_claimed / claimed)
+    return None
+
+
+def _wait_for_dirs(layout: Layout, health: _DaemonHealth) -> None:
+    while not all(d.is_dir() for d in (layout.ram_ready, layout.ram_claimed, layout.ram_consumers)):
+        health.check()
+        time.sleep(_POLL)
+
+
+class _DaemonHealth:
+    """Raises once the daemon failed or has shown no sign of life for ``grace`` seconds."""
+
+    def __init__(self, layout: Layout, grace: float) -> None:
+        self.layout = layout
+        self.grace = grace
+        self.started = time.time()
+
+    def check(self) -> None:
+        try:
+            status = json.loads(self.layout.status_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            status = None
+        if status is None:
+            if time.time() - self.started > self.grace:
+                raise DaemonFailed(
+                    f"prefetchd is not running for {self.layout.state} "
+                    f"(no status after {self.grace:g} s)"
+                )
+            return
+        if status.get("state") == DaemonState.FAILED:
+            raise DaemonFailed(f"prefetchd failed: {status.get('reason') or 'see its log'}")
+        updated = float(status.get("updated", 0))
+        if time.time() - max(updated, self.started) > self.grace:
+            raise DaemonFailed(
+                f"prefetchd has been gone for more than {self.grace:g} s "
+                f"(last status update {time.ctime(updated)})"
+            )
+
+
+class ShardReleaser:
+    """Deletes this process's claimed shards once they were opened and closed again.
+
+    One per process and ``ram_dir``, shared by every ``ready_files()`` iterator in it.
+    """
+
+    _instances: ClassVar[dict[Path, ShardReleaser]] = {}
+    _instances_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def for_layout(cls, layout: Layout) -> ShardReleaser:
+        with cls._instances_lock:
+            releaser = cls._instances.get(layout.ram_claimed)
+            if releaser is None or releaser.pid != os.getpid():  # after a fork, start anew
+                releaser = cls(layout)
+                cls._instances[layout.ram_claimed] = releaser
+            return releaser
+
+    def __init__(self, layout: Layout) -> None:
+        self.directory = layout.ram_claimed
+        self.pid = os.getpid()
+        self.owner = f"{self.pid}x{secrets.token_hex(4)}"
+        # Held for the life of this process: the daemon tests it to find claims of dead trainers.
+        # Locked before it gets its final name, so the daemon never sees it unlocked.
+        lock = layout.consumer_lock(self.owner)
+        tmp = lock.with_name(f".{lock.name}.tmp")
+        self._alive_fd = create_exclusive(tmp)
+        fcntl.flock(self._alive_fd, fcntl.LOCK_EX)
+        os.rename(tmp, lock)
+        self.released = 0
+        self._opens: dict[str, int] = {}  # claimed name -> open handles (-1: never opened)
+        self._lock = threading.Lock()
+        self._watch = Watch(self.directory, IN_OPEN | IN_CLOSE)
+        self._thread = threading.Thread(target=self._run, name="prefetchd-releaser", daemon=True)
+        self._thread.start()
+        atexit.register(self.flush)
+
+    def track(self, name: str) -> None:
+        with self._lock:
+            self._opens[name] = -1
+
+    def untrack(self, name: str) -> None:
+        with self._lock:
+            self._opens.pop(name, None)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._opens)
+
+    def flush(self) -> None:
+        """Apply the events that already arrived (at exit, so finished shards are not left)."""
+        with self._lock:
+            self._apply(self._watch.read_now())
+
+    def _run(self) -> None:
+        while True:
+            try:
+                if self._watch.wait(1.0):
+                    self.flush()
+            except Exception:  # the trainer must never die of this thread; log and go on
+                log.exception("shard releaser")
+                time.sleep(1.0)
+
+    def _apply(self, events: list[Event]) -> None:
+        """Count opens and closes of our claims (called with ``_lock`` held)."""
+        for event in events:
+            if event.overflow:
+                self._resync()
+                continue
+            count = self._opens.get(event.name)
+            if count is None:
+                continue
+            if event.mask & IN_OPEN:
+                self._opens[event.name] = max(count, 0) + 1
+            elif event.mask & IN_CLOSE and count > 0:
+                if count == 1:
+                    self._release(event.name)
+                else:
+                    self._opens[event.name] = count - 1
+
+    def _release(self, name: str) -> None:
+        del self._opens[name]
+        self.released += 1
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.directory / name)
+
+    def _resync(self) -> None:
+        """After an event-queue overflow: trust /proc/self/fd for what is open right now."""
+        open_now = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(self.directory) + "/"):
+                open_now.add(os.path.basename(target))
+        for name, count in list(self._opens.items()):
+            if name in open_now:
+                self._opens[name] = max(count, 1)
+            elif count > 0:
+                self._release(name)

@@ -1,0 +1,361 @@
+"""The downloader process: list once, then fetch each epoch's objects into the cache window.
+
+Objects are fetched in the epoch's seeded order, ``download.concurrency`` requests at a time,
+while the raw bytes on disk stay within ``download.window``. A fetched object is verified,
+then published in three steps whose order makes a crash at any point safe::
+
+    meta/<obj>.json written  ->  "P <hash>" appended to progress/e<k>.log  ->  .tmp/<obj>.part
+    renamed to ready/<obj>
+
+On start-up a ``.part`` whose hash is already in the progress log is rolled forward (renamed);
+any other ``.part`` is deleted and fetched again. Objects in the log are not fetched again.
+When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefetchd.budget import Window
+from prefetchd.child import ChildContext
+from prefetchd.errors import RuntimeFailure
+from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
+from prefetchd.layout import (
+    TMP_SUFFIX,
+    key_hash,
+    object_name,
+    parse_object_name,
+    write_atomic,
+)
+from prefetchd.order import SourceObject, epoch_order
+from prefetchd.store import Fault, boot_failure, classify, describe, list_share, make_client
+from prefetchd.transfer import IntegrityError, Job, make_transfer
+
+log = logging.getLogger(__name__)
+
+MAX_INTEGRITY_ATTEMPTS = 3
+BACKOFF_MAX = 60.0
+
+
+@dataclass
+class EpochProgress:
+    total: int
+    done: set[str]  # hashes published or skipped
+    scheduled: bool = False
+
+
+class Downloader:
+    def __init__(self, ctx: ChildContext) -> None:
+        self.ctx = ctx
+        self.config = ctx.config
+        self.layout = ctx.layout
+        self.window = Window(self.config.download.window)
+        self.results: queue.Queue[Job] = queue.Queue()
+        self.retry_queue: list[tuple[float, Job]] = []
+        self.epochs: dict[int, EpochProgress] = {}
+        self.share: list[SourceObject] = []
+        self.in_flight = 0
+        self.consecutive_faults = 0
+        self.paused_until = 0.0
+        self.pause_reason: str | None = None
+        self.counters = ctx.counters
+        self.counters.update(
+            objects_downloaded=0,
+            bytes_downloaded=0,
+            retries=0,
+            errors=0,
+            objects_skipped=0,
+            epoch=0,
+            epoch_objects=0,
+            epoch_objects_done=0,
+            window_bytes=0,
+            window_limit=self.window.limit,
+            activity="listing",
+        )
+
+    # --- boot ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        client = make_client(self.config, pool=8)
+        try:
+            self.share = list(list_share(client, self.config))
+        except RuntimeFailure:
+            raise
+        except Exception as exc:
+            raise boot_failure(self.config, exc) from None
+        if not self.share:
+            raise RuntimeFailure(
+                f"no objects under {self.config.source.url} match source.include "
+                f"{list(self.config.source.include)} for worker "
+                f"{self.config.sharding.worker_index} of {self.config.sharding.num_workers}"
+            )
+        log.info(
+            "%d objects, %.1f MiB in this host's share of %s",
+            len(self.share),
+            sum(o.size for o in self.share) / 2**20,
+            self.config.source.url,
+        )
+        self._recover()
+        self.transfer = make_transfer(self.config, self.results.put)
+        self.ctx.ready = True
+        self.ctx.report(force=True)
+        with Watch(self.layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions:
+            self.deletions = deletions
+            try:
+                self._loop()
+            finally:
+                self.transfer.shutdown()
+                self._drain_results()
+        self.ctx.report(force=True)
+
+    def _recover(self) -> None:
+        """Sweep what a previous run left behind; learn what is already on disk."""
+        logged = {k: self._read_log(k) for k in self._unfinished_epochs_on_disk()}
+        for entry in os.scandir(self.layout.cache_tmp):
+            name = entry.name.removesuffix(TMP_SUFFIX)
+            parsed = parse_object_name(name)
+            if (
+                parsed
+                and entry.name.endswith(TMP_SUFFIX)
+                and parsed[2] in logged.get(parsed[0], ())
+            ):
+                os.rename(entry.path, self.layout.cache_ready / name)  # roll forward
+                log.info("rolled forward %s after a restart", name)
+            else:
+                os.unlink(entry.path)
+        on_disk = self._objects_on_disk()
+        for entry in os.scandir(self.layout.cache_meta):
+            if entry.name.removesuffix(".json") not in on_disk:
+                os.unlink(entry.path)
+        self.window.reset(on_disk)
+
+    def _objects_on_disk(self) -> dict[str, int]:
+        held: dict[str, int] = {}
+        for directory in (self.layout.cache_ready, self.layout.cache_claimed):
+            for entry in os.scandir(directory):
+                name = entry.name.partition("-")[2] if directory.name == "claimed" else entry.name
+                try:
+                    held[name] = entry.stat().st_size
+                except FileNotFoundError:
+                    continue
+        return held
+
+    def _unfinished_epochs_on_disk(self) -> list[int]:
+        return sorted(int(p.stem[1:]) for p in self.layout.progress.glob("e*.log"))
+
+    def _read_log(self, epoch: int) -> set[str]:
+        path = self._log_path(epoch)
+        try:
+            with path.open(encoding="ascii") as f:
+                return {line.split()[1] for line in f if len(line.split()) == 2}
+        except FileNotFoundError:
+            return set()
+
+    def _log_path(self, epoch: int) -> Path:
+        return self.layout.progress / f"e{epoch}.log"
+
+    # --- main loop ----------------------------------------------------------------------------
+
+    def _jobs(self) -> Iterator[Job]:
+        count = self.config.epochs.count
+        epoch = self._first_epoch()
+        while count is None or epoch < count:
+            order = epoch_order(
+                self.share,
+                seed=self.config.epochs.seed,
+                epoch=epoch,
+                shuffle=self.config.epochs.shuffle,
+            )
+            progress = EpochProgress(total=len(order), done=self._read_log(epoch))
+            self.epochs[epoch] = progress
+            self.counters.update(epoch=epoch, epoch_objects=len(order))
+            bucket = self.config.source.bucket
+            for seq, obj in enumerate(order):
+                digest = key_hash(bucket, obj.key)
+                if digest in progress.done:
+                    continue
+                name = object_name(epoch, seq, digest)
+                yield Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
+            progress.scheduled = True
+            self._maybe_mark_downloaded(epoch)
+            epoch += 1
+
+    def _first_epoch(self) -> int:
+        epoch = 0
+        while self.layout.downloaded_marker(epoch).exists():
+            epoch += 1
+        return epoch
+
+    def _loop(self) -> None:
+        jobs = self._jobs()
+        current: Job | None = None
+        exhausted = False
+        while not self.ctx.should_stop():
+            self._drain_results()
+            self._apply_deletions(timeout=0)
+            now = time.monotonic()
+            if current is None:
+                current = self._next_retry(now)
+            if current is None and not exhausted:
+                current = next(jobs, None)
+                exhausted = current is None
+            if current is None:
+                if exhausted and self.in_flight == 0 and not self.retry_queue:
+                    self.counters["activity"] = "finished"
+                    self.ctx.report()
+                    self._apply_deletions(timeout=0.2)
+                    continue
+                self._wait(0.05)
+                continue
+            if now < self.paused_until:
+                self.counters["activity"] = f"paused: {self.pause_reason}"
+                self._wait(0.1)
+                continue
+            if current.fd < 0 and current.next_part == 0:
+                if not self.window.fits(current.obj.size):
+                    self.counters["activity"] = "waiting for the window (writers are behind)"
+                    self._wait(0.05)
+                    continue
+                self.window.reserve(current.name, current.obj.size)
+                self.transfer.prepare(current)
+                self.in_flight += 1
+            self.counters["activity"] = "downloading"
+            if self.transfer.submit_parts(current, timeout=0.05):
+                current = None
+            self._report()
+
+    def _wait(self, timeout: float) -> None:
+        try:
+            job = self.results.get(timeout=timeout)
+        except queue.Empty:
+            self._apply_deletions(timeout=0)
+        else:
+            self._handle(job)
+        self._report()
+
+    def _report(self) -> None:
+        self.counters["window_bytes"] = self.window.used
+        self.ctx.report()
+
+    def _apply_deletions(self, timeout: float) -> None:
+        for event in self.deletions.read(timeout):
+            if event.overflow:
+                self.window.reset({**self._objects_on_disk(), **self._in_flight_sizes()})
+                continue
+            self.window.release(event.name.partition("-")[2])
+
+    def _in_flight_sizes(self) -> dict[str, int]:
+        return {
+            name: size
+            for name, size in self.window.held.items()
+            if (self.layout.cache_tmp / (name + TMP_SUFFIX)).exists()
+        }
+
+    def _drain_results(self) -> None:
+        while True:
+            try:
+                job = self.results.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(job)
+
+    # --- results ------------------------------------------------------------------------------
+
+    def _handle(self, job: Job) -> None:
+        self.in_flight -= 1
+        self.counters["retries"] += job.retries
+        if job.error is None:
+            self._publish(job)
+            self.consecutive_faults = 0
+            return
+        self._discard(job)
+        if self.ctx.stopping:
+            return
+        key, error = job.obj.key, job.error
+        if isinstance(error, IntegrityError):
+            if job.attempt + 1 < MAX_INTEGRITY_ATTEMPTS:
+                log.warning("re-fetching %s: %s", key, error)
+                self.counters["retries"] += 1
+                self._retry(job, delay=0.5)
+            else:
+                self._skip(job, f"corrupt after {MAX_INTEGRITY_ATTEMPTS} fetches: {error}")
+            return
+        fault = classify(error)
+        if fault is Fault.GONE:
+            self._skip(job, "deleted after it was listed (404); skipped for this epoch")
+        elif fault is Fault.CHANGED:
+            self._skip(job, "overwritten after it was listed (412); skipped for this epoch")
+        else:
+            self.consecutive_faults += 1
+            delay = min(BACKOFF_MAX, 2.0 ** min(self.consecutive_faults, 6))
+            reason = "access denied" if fault is Fault.DENIED else "store errors"
+            self.pause_reason = f"{reason} ({describe(error)}), retrying in {delay:.0f}s"
+            self.paused_until = time.monotonic() + delay
+            log.warning("%s: %s; pausing downloads for %.0fs", key, describe(error), delay)
+            self.ctx.error(key, describe(error))
+            self.counters["retries"] += 1
+            self._retry(job, delay=delay, count_attempt=False)
+
+    def _publish(self, job: Job) -> None:
+        meta = {"key": job.obj.key, "size": job.obj.size, "etag": job.obj.etag, "epoch": job.epoch}
+        write_atomic(self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode())
+        self._log(job, "P")
+        os.rename(job.tmp, self.layout.cache_ready / job.name)
+        self.counters["objects_downloaded"] += 1
+        self.counters["bytes_downloaded"] += job.obj.size
+        self._mark_done(job)
+
+    def _skip(self, job: Job, reason: str) -> None:
+        log.error("skipping s3://%s/%s: %s", self.config.source.bucket, job.obj.key, reason)
+        self.ctx.error(job.obj.key, reason)
+        self.counters["errors"] += 1
+        self.counters["objects_skipped"] += 1
+        self._log(job, "S")
+        self._mark_done(job)
+
+    def _discard(self, job: Job) -> None:
+        self.window.release(job.name)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(job.tmp)
+
+    def _retry(self, job: Job, *, delay: float, count_attempt: bool = True) -> None:
+        if count_attempt:
+            job.attempt += 1
+        job.next_part = 0
+        self.retry_queue.append((time.monotonic() + delay, job))
+
+    def _next_retry(self, now: float) -> Job | None:
+        for i, (due, job) in enumerate(self.retry_queue):
+            if due <= now:
+                del self.retry_queue[i]
+                return job
+        return None
+
+    def _log(self, job: Job, kind: str) -> None:
+        digest = parse_object_name(job.name)
+        assert digest is not None
+        with self._log_path(job.epoch).open("a", encoding="ascii") as f:
+            f.write(f"{kind} {digest[2]}\n")
+
+    def _mark_done(self, job: Job) -> None:
+        progress = self.epochs[job.epoch]
+        progress.done.add(key_hash(self.config.source.bucket, job.obj.key))
+        if job.epoch == self.counters["epoch"]:
+            self.counters["epoch_objects_done"] = len(progress.done)
+        self._maybe_mark_downloaded(job.epoch)
+
+    def _maybe_mark_downloaded(self, epoch: int) -> None:
+        progress = self.epochs[epoch]
+        if progress.scheduled and len(progress.done) >= progress.total:
+            marker = self.layout.downloaded_marker(epoch)
+            if not marker.exists():
+                write_atomic(marker, json.dumps({"objects": progress.total}).encode())
+                log.info("epoch %d: all %d objects downloaded", epoch, progress.total)

@@ -1,0 +1,61 @@
+"""Format plugins: how one downloaded object becomes a sequence of records.
+
+A format is anything with ``records(key, path) -> Iterator[bytes]``; each yielded value is the
+payload of one output TFRecord. A format must yield the same records in the same order every
+time it reads the same file (crash recovery resumes an object by counting records), and signal
+bad input by raising ``CorruptObject`` (or any exception, for user plugins) so that the object
+is quarantined and the epoch goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
+
+from prefetchd.errors import ConfigError, CorruptObject
+from prefetchd.formats.raw import RawFormat
+from prefetchd.formats.tfrecord import TFRecordFormat
+
+
+class Format(Protocol):
+    def records(self, key: str, path: str) -> Iterator[bytes]: ...
+
+
+class PluginFormat:
+    """``"package.module:function"``: user code ``function(key, path) -> Iterable[bytes]``."""
+
+    def __init__(self, spec: str, function: Callable[[str, str], Iterable[bytes]]) -> None:
+        self.spec = spec
+        self.function = function
+
+    def records(self, key: str, path: str) -> Iterator[bytes]:
+        try:
+            for record in self.function(key, path):
+                if not isinstance(record, bytes | bytearray | memoryview):
+                    raise TypeError(f"yielded {type(record).__name__}, expected bytes")
+                yield bytes(record)
+        except CorruptObject:
+            raise
+        except Exception as exc:  # user code: any failure quarantines this object only
+            raise CorruptObject(key, f"{self.spec} raised {type(exc).__name__}: {exc}") from exc
+
+
+_BUILTIN: dict[str, Callable[[], Format]] = {"tfrecord": TFRecordFormat, "raw": RawFormat}
+
+
+def get_format(spec: str) -> Format:
+    """The format named by ``source.format``; raises ``ConfigError`` if a plugin won't import."""
+    if spec in _BUILTIN:
+        return _BUILTIN[spec]()
+    module_name, _, function_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigError(
+            f"source.format: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ConfigError(f"source.format: {module_name!r} has no function {function_name!r}")
+    return PluginFormat(spec, function)

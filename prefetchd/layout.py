@@ -1,0 +1,273 @@
+"""Where everything lives on disk, and how local names are made.
+
+Local file names never come from object keys: an object's name is its epoch, its position in
+the epoch's order and a hash of bucket and key, so ``../../etc/passwd`` is just another hash.
+Every directory is created private (0700) and every file is created with ``O_EXCL``.
+
+::
+
+    download.cache_dir/
+        .tmp/<obj>.part           download in progress (swept at start-up)
+        meta/<obj>.json           key, size, etag of a published object
+        ready/<obj>               complete, verified raw objects; writers claim by rename
+        claimed/w<i>-<obj>        owned by writer i until its records are in published shards
+    output.ram_dir/
+        .tmp/<shard>.part         shard being written (size includes the budget reservation)
+        ready/<shard>             complete shards; trainers claim by rename
+        claimed/<owner>-<shard>   claimed by trainer process <owner>; deleted once read
+        consumers/<owner>.lock    held (flock) by trainer process <owner> while it lives
+        .budget.lock              serializes RAM reservations between writers
+    status.state_dir/
+        prefetchd.lock            held (flock) by the running daemon
+        status.json               the status record (0600), rewritten about once a second
+        job.json                  the fingerprint of the job the state below belongs to
+        children/<child>.json     each child's counters and heartbeat
+        progress/e<k>.log         hashes of objects the downloader published in epoch k
+        journal/w<i>.log          writer i's shard commits (what each shard consumed)
+        epochs/<k>.downloaded     epoch k fully downloaded (written by the downloader)
+        epochs/<k>.complete       every shard of epoch k published (written by the supervisor)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefetchd.config import Config
+from prefetchd.errors import RuntimeFailure
+
+_OBJECT = re.compile(r"e([0-9]{5,})-([0-9]{9,})-([0-9a-f]{24})")
+_SHARD = re.compile(r"e([0-9]{5,})-w([0-9]{2,})-([0-9]{7,})\.tfrecord(\.gz)?")
+TMP_SUFFIX = ".part"
+
+
+def key_hash(bucket: str, key: str) -> str:
+    digest = hashlib.sha256(f"{bucket}\x00{key}".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:24]
+
+
+def object_name(epoch: int, seq: int, digest: str) -> str:
+    return f"e{epoch:05d}-{seq:09d}-{digest}"
+
+
+def parse_object_name(name: str) -> tuple[int, int, str] | None:
+    """``(epoch, seq, hash)`` of a local object name, or None if it is not one of ours."""
+    m = _OBJECT.fullmatch(name)
+    return (int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
+
+
+def epoch_prefix(epoch: int) -> str:
+    """Every object and shard name of ``epoch`` starts with this."""
+    return f"e{epoch:05d}-"
+
+
+def shard_name(epoch: int, writer: int, counter: int, *, gzip: bool = False) -> str:
+    return f"e{epoch:05d}-w{writer:02d}-{counter:07d}.tfrecord" + (".gz" if gzip else "")
+
+
+def parse_shard_name(name: str) -> tuple[int, int, int] | None:
+    """``(epoch, writer, counter)`` of a shard name, or None."""
+    m = _SHARD.fullmatch(name)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def claim_name(owner: str, shard: str) -> str:
+    """``owner`` identifies one trainer process: its pid plus a random tag, because trainers in
+    other containers (other PID namespaces) may share the RAM disk."""
+    return f"{owner}-{shard}"
+
+
+def parse_claim_name(name: str) -> tuple[str, str] | None:
+    """``(owner, shard)`` of a claimed shard's name, or None."""
+    owner, sep, shard = name.partition("-")
+    if not sep or not (owner.isascii() and owner.isalnum()) or parse_shard_name(shard) is None:
+        return None
+    return owner, shard
+
+
+@dataclass(frozen=True)
+class Layout:
+    cache: Path
+    ram: Path
+    state: Path
+
+    @classmethod
+    def of(cls, config: Config) -> Layout:
+        return cls(config.download.cache_dir, config.output.ram_dir, config.status.state_dir)
+
+    # cache_dir
+    @property
+    def cache_tmp(self) -> Path:
+        return self.cache / ".tmp"
+
+    @property
+    def cache_meta(self) -> Path:
+        return self.cache / "meta"
+
+    @property
+    def cache_ready(self) -> Path:
+        return self.cache / "ready"
+
+    @property
+    def cache_claimed(self) -> Path:
+        return self.cache / "claimed"
+
+    # ram_dir
+    @property
+    def ram_tmp(self) -> Path:
+        return self.ram / ".tmp"
+
+    @property
+    def ram_ready(self) -> Path:
+        return self.ram / "ready"
+
+    @property
+    def ram_claimed(self) -> Path:
+        return self.ram / "claimed"
+
+    @property
+    def ram_consumers(self) -> Path:
+        return self.ram / "consumers"
+
+    def consumer_lock(self, owner: str) -> Path:
+        return self.ram_consumers / f"{owner}.lock"
+
+    @property
+    def budget_lock(self) -> Path:
+        return self.ram / ".budget.lock"
+
+    # state_dir
+    @property
+    def daemon_lock(self) -> Path:
+        return self.state / "prefetchd.lock"
+
+    @property
+    def status_file(self) -> Path:
+        return self.state / "status.json"
+
+    @property
+    def job_file(self) -> Path:
+        return self.state / "job.json"
+
+    @property
+    def children(self) -> Path:
+        return self.state / "children"
+
+    @property
+    def progress(self) -> Path:
+        return self.state / "progress"
+
+    @property
+    def journal(self) -> Path:
+        return self.state / "journal"
+
+    @property
+    def epochs(self) -> Path:
+        return self.state / "epochs"
+
+    def downloaded_marker(self, epoch: int) -> Path:
+        return self.epochs / f"{epoch}.downloaded"
+
+    def complete_marker(self, epoch: int) -> Path:
+        return self.epochs / f"{epoch}.complete"
+
+    def all_dirs(self) -> list[Path]:
+        return [
+            self.cache,
+            self.cache_tmp,
+            self.cache_meta,
+            self.cache_ready,
+            self.cache_claimed,
+            self.ram,
+            self.ram_tmp,
+            self.ram_ready,
+            self.ram_claimed,
+            self.ram_consumers,
+            self.state,
+            self.children,
+            self.progress,
+            self.journal,
+            self.epochs,
+        ]
+
+    def create(self) -> None:
+        """Create every directory private (0700), refusing unsafe existing ones."""
+        for path in self.all_dirs():
+            make_private_dir(path)
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) with mode 0700, or check an existing one is safe to use.
+
+    Raises ``RuntimeFailure`` naming the directory if it is a symlink, belongs to another user
+    or is writable by others: a daemon that writes there could be tricked into clobbering files.
+    """
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot create directory {path}: {exc.strerror}") from None
+    try:
+        info = os.lstat(path)
+    except OSError as exc:  # e.g. a parent is a regular file
+        raise RuntimeFailure(f"cannot create directory {path}: {exc.strerror}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise RuntimeFailure(f"refusing to use {path}: it is a symlink")
+    if not stat.S_ISDIR(info.st_mode):
+        raise RuntimeFailure(f"refusing to use {path}: it is not a directory")
+    if info.st_uid != os.geteuid():
+        raise RuntimeFailure(
+            f"refusing to use {path}: it belongs to another user (uid {info.st_uid})"
+        )
+    if info.st_mode & 0o022:
+        raise RuntimeFailure(f"refusing to use {path}: it is writable by other users")
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
+    """Publish ``data`` at ``path`` by temp file + rename; readers never see a partial file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def create_exclusive(path: Path, *, readable: bool = False) -> int:
+    """Open a new private file for writing; never follows or reuses an existing name."""
+    access = os.O_RDWR if readable else os.O_WRONLY
+    return os.open(path, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def dir_bytes(*dirs: Path) -> int:
+    """Total size of the regular files directly inside ``dirs`` (missing files are skipped)."""
+    total = 0
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                for entry in it:
+                    try:
+                        if entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except FileNotFoundError:
+                        continue
+        except FileNotFoundError:
+            continue
+    return total

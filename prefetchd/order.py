@@ -1,0 +1,62 @@
+"""Which objects this host reads, and in which order each epoch: pure functions.
+
+Hosts split the key space by a hash of the key, so every host decides alone (no coordinator)
+and adding a key to the bucket never moves other keys between hosts. Each epoch's order is the
+key-sorted share shuffled with a generator seeded from ``(seed, epoch)``, so the same seed,
+hosts and data give the same order on every run (DESIGN.md invariant 6).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SourceObject:
+    """One object of the source as listed: its full key, size and ETag (if the store gave one)."""
+
+    key: str
+    size: int
+    etag: str | None = None
+
+
+def _hash64(*parts: object) -> int:
+    text = "\x00".join(str(p) for p in parts).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+
+
+def host_of(key: str, num_workers: int) -> int:
+    """The worker index (0..num_workers-1) that owns ``key``."""
+    return _hash64("host", key) % num_workers
+
+
+def in_share(key: str, num_workers: int, worker_index: int) -> bool:
+    return num_workers == 1 or host_of(key, num_workers) == worker_index
+
+
+def matches(relative_key: str, patterns: Iterable[str]) -> bool:
+    """Whether the key below the prefix matches any include glob (``*`` also crosses ``/``)."""
+    return any(fnmatch.fnmatchcase(relative_key, p) for p in patterns)
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    return _hash64("epoch", seed, epoch)
+
+
+def epoch_order(
+    objects: Sequence[SourceObject], *, seed: int, epoch: int, shuffle: bool
+) -> list[SourceObject]:
+    """This epoch's download order: independent of the order the listing arrived in."""
+    ordered = sorted(objects, key=lambda o: o.key)
+    if shuffle:
+        random.Random(epoch_seed(seed, epoch)).shuffle(ordered)
+    return ordered
+
+
+def mixing_rng(seed: int, epoch: int, writer: int) -> random.Random:
+    """The generator a writer uses to pick which open object gives the next record."""
+    return random.Random(_hash64("mix", seed, epoch, writer))

@@ -1,0 +1,167 @@
+"""Talking to the object store: clients, listings, and what an error means for us.
+
+Clients are created inside each child process (never pickled across processes). Throttling and
+5xx responses are retried by botocore's "standard" retry mode with ``download.retries``; this
+module only classifies what is left after botocore gave up.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from prefetchd.config import Config, split_s3_url
+from prefetchd.errors import RuntimeFailure
+from prefetchd.order import SourceObject, in_share, matches
+
+log = logging.getLogger(__name__)
+
+S3Client = Any  # boto3's client type is generated at run time
+
+
+def make_client(config: Config, *, pool: int | None = None) -> S3Client:
+    src = config.source
+    session = boto3.session.Session(profile_name=src.profile, region_name=src.region)
+    return session.client(
+        "s3",
+        endpoint_url=src.endpoint_url,
+        config=botocore.config.Config(
+            retries={"mode": "standard", "total_max_attempts": config.download.retries + 1},
+            max_pool_connections=pool or config.download.concurrency + 4,
+            connect_timeout=10,
+            read_timeout=60,
+            tcp_keepalive=True,
+        ),
+    )
+
+
+class Fault(enum.Enum):
+    """What an error that survived botocore's retries means for one object."""
+
+    GONE = "gone"  # 404: deleted after listing -> skipped, counted
+    CHANGED = "changed"  # 412: overwritten after listing -> skipped, counted
+    DENIED = "denied"  # 403 / bad or expired credentials -> pause, retry slowly
+    TRANSIENT = "transient"  # 5xx, throttling, connection trouble -> retry later
+
+
+_GONE = {"NoSuchKey", "404", "NotFound"}
+_CHANGED = {"PreconditionFailed", "412"}
+_DENIED = {
+    "AccessDenied",
+    "403",
+    "Forbidden",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "TokenRefreshRequired",
+    "InvalidToken",
+}
+
+
+def classify(exc: BaseException) -> Fault:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in _GONE:
+            return Fault.GONE
+        if code in _CHANGED:
+            return Fault.CHANGED
+        if code in _DENIED:
+            return Fault.DENIED
+    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+        return Fault.DENIED
+    return Fault.TRANSIENT
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line description of an S3 error that never includes credentials."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        err = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+        return f"{err.get('Code', 'error')} (HTTP {status}): {err.get('Message', '')}".strip()
+    if isinstance(exc, botocore.exceptions.BotoCoreError):
+        return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
+    """Turn an error while first reaching the bucket into the one line the user sees."""
+    bucket = config.source.bucket
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in ("NoSuchBucket", "404"):
+            return RuntimeFailure(f"bucket {bucket!r} does not exist ({config.source.url})")
+        if code in _DENIED:
+            return RuntimeFailure(f"access to bucket {bucket!r} denied: {describe(exc)}")
+    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+        return RuntimeFailure("no AWS credentials found (environment, profile or instance role)")
+    if isinstance(exc, botocore.exceptions.EndpointConnectionError):
+        return RuntimeFailure(f"cannot reach the object store: {exc}")
+    return RuntimeFailure(f"cannot list {config.source.url}: {describe(exc)}")
+
+
+def list_share(client: S3Client, config: Config) -> Iterator[SourceObject]:
+    """This host's objects, streamed page by page from ListObjectsV2 or from the manifest."""
+    src, shard = config.source, config.sharding
+    prefix = src.prefix
+    for obj in _manifest_objects(client, config) if src.manifest else _listing(client, config):
+        relative = obj.key[len(prefix) :] if obj.key.startswith(prefix) else obj.key
+        if obj.key.endswith("/") and obj.size == 0:
+            continue  # a "directory" placeholder, not data
+        if matches(relative, src.include) and in_share(
+            obj.key, shard.num_workers, shard.worker_index
+        ):
+            yield obj
+
+
+def _listing(client: S3Client, config: Config) -> Iterator[SourceObject]:
+    paginator = client.get_paginator("list_objects_v2")
+    pages = paginator.paginate(Bucket=config.source.bucket, Prefix=config.source.prefix)
+    for page in pages:
+        for item in page.get("Contents", ()):
+            yield SourceObject(item["Key"], int(item["Size"]), _etag(item.get("ETag")))
+
+
+def _manifest_objects(client: S3Client, config: Config) -> Iterator[SourceObject]:
+    """Manifest lines are ``key`` or ``key<TAB>size``; keys without a size are HEADed."""
+    manifest = config.source.manifest
+    assert manifest is not None
+    for line in _manifest_lines(client, manifest):
+        key, _, size = line.partition("\t")
+        if not key:
+            continue
+        if size.strip().isdigit():
+            yield SourceObject(key, int(size), None)
+        else:
+            head = client.head_object(Bucket=config.source.bucket, Key=key)
+            yield SourceObject(key, int(head["ContentLength"]), _etag(head.get("ETag")))
+
+
+def _manifest_lines(client: S3Client, manifest: str) -> Iterator[str]:
+    if manifest.startswith("s3://"):
+        bucket, key = split_s3_url(manifest)
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        for raw in body.iter_lines():
+            yield raw.decode("utf-8").rstrip("\r")
+        return
+    try:
+        with Path(manifest).open(encoding="utf-8") as f:
+            for line in f:
+                yield line.rstrip("\r\n")
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot read source.manifest {manifest}: {exc.strerror}") from None
+
+
+def _etag(raw: str | None) -> str | None:
+    return raw.strip('"') if raw else None
+
+
+def is_plain_md5(etag: str | None) -> bool:
+    """An ETag that is the MD5 of the whole object (single-part upload, no SSE-KMS)."""
+    return etag is not None and len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)

@@ -1,0 +1,458 @@
+"""The supervisor: ``prefetchd run``. Starts the children, keeps them alive, keeps the books.
+
+Its loop reads like a table of contents: handle signals, reap and restart children, notice
+epochs that are complete, return shards of dead trainers, publish status, ping systemd. Signal
+handlers only record the signal. A child that cannot boot stops the daemon with its reason; a
+child that crashes later is restarted with backoff, and one that keeps crashing fails the daemon.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import multiprocessing
+import multiprocessing.process
+import os
+import shutil
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefetchd.child import child_main
+from prefetchd.config import Config
+from prefetchd.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure
+from prefetchd.layout import (
+    Layout,
+    dir_bytes,
+    epoch_prefix,
+    parse_claim_name,
+    write_atomic,
+)
+from prefetchd.logs import redact
+from prefetchd.sdnotify import notify, watchdog_interval
+from prefetchd.states import CHILD_BOOT_FAILURE, ChildState, DaemonState
+from prefetchd.status import Rates, Totals, read_children
+
+log = logging.getLogger(__name__)
+
+TICK = 0.2
+STATUS_INTERVAL = 1.0
+EPOCH_CHECK_INTERVAL = 1.0
+STOP_GRACE = 20.0  # seconds children get to drain before they are killed
+HEARTBEAT_TIMEOUT = 30.0
+BACKOFF_START = 0.5
+BACKOFF_MAX = 30.0
+MAX_QUICK_CRASHES = 5  # crashes in a row, each within QUICK_CRASH seconds of its start
+QUICK_CRASH = 30.0
+
+
+@dataclass
+class Child:
+    role: str
+    index: int
+    state: ChildState = ChildState.STARTING
+    process: multiprocessing.process.BaseProcess | None = None
+    restarts: int = 0
+    quick_crashes: int = 0
+    started_at: float = 0.0
+    next_start: float = 0.0
+    last_report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.role if self.role == "downloader" else f"{self.role}-{self.index}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+
+class Supervisor:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.layout = Layout.of(config)
+        self.mp = multiprocessing.get_context("spawn")
+        self.children = [Child("downloader", 0)] + [
+            Child("writer", i) for i in range(config.output.writers)
+        ]
+        self.state = DaemonState.STARTING
+        self.reason: str | None = None
+        self.signals: deque[int] = deque()
+        self.totals = Totals()
+        self.rates = Rates()
+        self.next_epoch = 0  # lowest epoch not yet complete
+        self.started = time.time()
+        self._lock_fd = -1
+        self._last_status = 0.0
+        self._last_epoch_check = 0.0
+        self._last_watchdog = 0.0
+        self._watchdog = watchdog_interval()
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._boot()
+        try:
+            while self.state in (DaemonState.STARTING, DaemonState.RUNNING):
+                self._handle_signals()
+                self._reap_and_restart()
+                self._check_started()
+                self._check_epochs()
+                self._return_orphaned_claims()
+                self._check_done()
+                self._publish_status()
+                time.sleep(TICK)
+        finally:
+            self._stop_children()
+            self._publish_status(force=True)
+            os.close(self._lock_fd)
+        if self.state is DaemonState.FAILED:
+            return EXIT_FAILURE
+        return EXIT_OK
+
+    def _boot(self) -> None:
+        self.layout.create()
+        self._take_lock()
+        self._prepare_state()
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda s, _f: self.signals.append(s))
+        self._return_orphaned_claims(force=True)
+        self.next_epoch = self._first_incomplete_epoch()
+        for child in self.children:
+            self._spawn(child)
+        self._publish_status(force=True)
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.layout.daemon_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeFailure(
+                f"another prefetchd is already running with status.state_dir {self.layout.state}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _prepare_state(self) -> None:
+        """Resume the same unfinished job; otherwise start clean (sweeping what was left)."""
+        fingerprint = self.config.job_fingerprint()
+        try:
+            previous = json.loads(self.layout.job_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            previous = None
+        resume = (
+            previous is not None
+            and previous.get("fingerprint") == fingerprint
+            and not previous.get("finished")
+        )
+        if resume:
+            log.info("resuming the unfinished job found in %s", self.layout.state)
+        else:
+            self._wipe()
+        for stale in self.layout.children.iterdir():
+            stale.unlink()
+        job = {"fingerprint": fingerprint, "finished": False, "started": time.time()}
+        write_atomic(self.layout.job_file, json.dumps(job).encode(), fsync=True)
+
+    def _wipe(self) -> None:
+        lay = self.layout
+        for directory in (
+            lay.cache_tmp,
+            lay.cache_meta,
+            lay.cache_ready,
+            lay.cache_claimed,
+            lay.ram_tmp,
+            lay.ram_ready,
+            lay.ram_claimed,
+            lay.progress,
+            lay.journal,
+            lay.epochs,
+        ):
+            shutil.rmtree(directory)
+        lay.create()
+
+    def _first_incomplete_epoch(self) -> int:
+        epoch = 0
+        while self.layout.complete_marker(epoch).exists():
+            epoch += 1
+        return epoch
+
+    # --- signals ------------------------------------------------------------------------------
+
+    def _handle_signals(self) -> None:
+        while self.signals:
+            signum = self.signals.popleft()
+            log.info("received %s: draining", signal.Signals(signum).name)
+            notify("STOPPING=1")
+            self.state = DaemonState.DRAINING
+
+    # --- children -----------------------------------------------------------------------------
+
+    def _spawn(self, child: Child) -> None:
+        (self.layout.children / f"{child.name}.json").unlink(missing_ok=True)
+        child.process = self.mp.Process(
+            target=child_main,
+            args=(child.role, child.index, self.config),
+            name=f"prefetchd-{child.name}",
+        )
+        child.process.start()
+        child.started_at = time.monotonic()
+        child.last_report = {}
+        if child.state is not ChildState.STARTING:
+            child.state = ChildState.STARTING  # BACKOFF -> STARTING
+        log.debug("started %s (pid %s)", child.name, child.pid)
+
+    def _reap_and_restart(self) -> None:
+        reports = read_children(self.layout)
+        now = time.monotonic()
+        for child in self.children:
+            report = reports.get(child.name)
+            if report and report.get("pid") == child.pid:
+                child.last_report = report
+            if child.state is ChildState.BACKOFF:
+                if now >= child.next_start:
+                    child.restarts += 1
+                    self._spawn(child)
+                continue
+            if child.state in (ChildState.FATAL, ChildState.EXITED) or child.process is None:
+                continue
+            if child.alive:
+                self._check_heartbeat(child, now)
+                continue
+            self._on_exit(child, now)
+
+    def _check_heartbeat(self, child: Child, now: float) -> None:
+        if child.state is not ChildState.RUNNING:
+            return
+        beat = float(child.last_report.get("heartbeat", 0))
+        if beat and time.time() - beat > HEARTBEAT_TIMEOUT and child.pid:
+            log.error(
+                "%s (pid %s) stopped reporting for %.0fs; killing it",
+                child.name,
+                child.pid,
+                time.time() - beat,
+            )
+            os.kill(child.pid, signal.SIGKILL)
+
+    def _on_exit(self, child: Child, now: float) -> None:
+        assert child.process is not None
+        code = child.process.exitcode
+        child.process.join(0)
+        self.totals.add_dead(child.name, child.last_report)
+        reason = child.last_report.get("boot_error") or child.last_report.get("fatal")
+        if child.state is ChildState.STARTING and code == CHILD_BOOT_FAILURE:
+            child.state = ChildState.FATAL  # STARTING -> FATAL
+            self._fail(f"{child.name} could not start: {reason or f'exit code {code}'}")
+            return
+        uptime = now - child.started_at
+        child.quick_crashes = child.quick_crashes + 1 if uptime < QUICK_CRASH else 1
+        if child.quick_crashes >= MAX_QUICK_CRASHES:
+            child.state = ChildState.FATAL  # BACKOFF -> FATAL
+            self._fail(
+                f"{child.name} crashed {child.quick_crashes} times in a row"
+                + (f"; last error: {reason}" if reason else f" (exit code {code})")
+            )
+            return
+        delay = min(BACKOFF_MAX, BACKOFF_START * 2 ** (child.quick_crashes - 1))
+        log.error(
+            "%s (pid %s) exited with code %s%s; restarting in %.1fs",
+            child.name,
+            child.pid,
+            code,
+            f" ({reason})" if reason else "",
+            delay,
+        )
+        child.state = ChildState.BACKOFF  # RUNNING -> BACKOFF
+        child.next_start = now + delay
+
+    def _check_started(self) -> None:
+        for child in self.children:
+            if child.state is ChildState.STARTING and child.last_report.get("ready"):
+                child.state = ChildState.RUNNING  # STARTING -> RUNNING
+        if self.state is DaemonState.STARTING and all(
+            c.state is ChildState.RUNNING for c in self.children
+        ):
+            self.state = DaemonState.RUNNING
+            log.info("all %d children running", len(self.children))
+            notify("READY=1")
+
+    def _stop_children(self) -> None:
+        live = [c for c in self.children if c.alive]
+        for child in live:
+            child.state = ChildState.STOPPING  # any -> STOPPING
+            assert child.pid is not None
+            os.kill(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for child in live:
+            assert child.process is not None
+            child.process.join(max(0.0, deadline - time.monotonic()))
+            if child.process.is_alive():
+                log.warning("%s did not stop in %.0fs; killing it", child.name, STOP_GRACE)
+                child.process.kill()
+                child.process.join(5)
+            child.state = ChildState.EXITED  # STOPPING -> EXITED
+
+    def _fail(self, reason: str) -> None:
+        self.reason = redact(reason)
+        self.state = DaemonState.FAILED
+        log.error("%s", self.reason)
+        notify(f"STATUS=failed: {self.reason}")
+
+    # --- epochs and shards --------------------------------------------------------------------
+
+    def _check_epochs(self) -> None:
+        """Mark epoch k complete once it is downloaded and no raw object of it is left: writers
+        delete a raw object only after the shard holding its last record is published."""
+        now = time.monotonic()
+        if now - self._last_epoch_check < EPOCH_CHECK_INTERVAL:
+            return
+        self._last_epoch_check = now
+        count = self.config.epochs.count
+        while (count is None or self.next_epoch < count) and self._epoch_complete(self.next_epoch):
+            epoch = self.next_epoch
+            write_atomic(self.layout.complete_marker(epoch), b"{}", fsync=True)
+            (self.layout.progress / f"e{epoch}.log").unlink(missing_ok=True)
+            log.info("epoch %d: every shard published", epoch)
+            self.next_epoch += 1
+
+    def _epoch_complete(self, epoch: int) -> bool:
+        if not self.layout.downloaded_marker(epoch).exists():
+            return False
+        prefix = epoch_prefix(epoch)
+        if any(n.startswith(prefix) for n in os.listdir(self.layout.cache_ready)):
+            return False
+        return not any(
+            n.partition("-")[2].startswith(prefix) for n in os.listdir(self.layout.cache_claimed)
+        )
+
+    def _return_orphaned_claims(self, *, force: bool = False) -> None:
+        """Shards claimed by a trainer process that died go back to ``ready/``."""
+        if not force and int(time.monotonic() / TICK) % 5:
+            return
+        lay = self.layout
+        dead: dict[str, bool] = {}
+        for name in os.listdir(lay.ram_claimed):
+            parsed = parse_claim_name(name)
+            if parsed is None:
+                continue
+            owner, shard = parsed
+            if owner not in dead:
+                dead[owner] = not _holds_lock(lay.consumer_lock(owner))
+            if dead[owner]:
+                log.warning("trainer %s died holding %s; returning it to ready/", owner, shard)
+                os.rename(lay.ram_claimed / name, lay.ram_ready / shard)
+        for lock in lay.ram_consumers.glob("*.lock"):
+            is_dead = dead[lock.stem] if lock.stem in dead else not _holds_lock(lock)
+            if is_dead:
+                lock.unlink(missing_ok=True)
+
+    def _check_done(self) -> None:
+        count = self.config.epochs.count
+        if count is None or self.next_epoch < count:
+            return
+        lay = self.layout
+        if any(os.listdir(d) for d in (lay.ram_ready, lay.ram_claimed)):
+            return
+        self.state = DaemonState.DONE
+        job = json.loads(lay.job_file.read_text(encoding="utf-8"))
+        write_atomic(lay.job_file, json.dumps({**job, "finished": True}).encode(), fsync=True)
+        log.info("all %d epochs delivered and consumed; exiting", count)
+
+    # --- status -------------------------------------------------------------------------------
+
+    def _publish_status(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if (
+            self._watchdog
+            and self.state is DaemonState.RUNNING
+            and now - self._last_watchdog >= self._watchdog
+        ) and all(c.alive for c in self.children):
+            notify("WATCHDOG=1")
+            self._last_watchdog = now
+        if not force and now - self._last_status < STATUS_INTERVAL:
+            return
+        self._last_status = now
+        write_atomic(self.layout.status_file, json.dumps(self.snapshot(now)).encode())
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        lay = self.layout
+        reports = {c.name: c.last_report for c in self.children if c.last_report}
+        totals = self.totals.sum(reports)
+        self.rates.add(now, totals["bytes_downloaded"], totals["records_written"])
+        download_rate, record_rate = self.rates.recent()
+        elapsed = max(time.time() - self.started, 1e-9)
+        dl = reports.get("downloader", {})
+        errors = sorted(
+            (e for r in reports.values() for e in r.get("last_errors", [])),
+            key=lambda e: e.get("time", 0),
+        )[-10:]
+        ready = _count(lay.ram_ready)
+        return {
+            "state": str(self.state),
+            "reason": self.reason,
+            "pid": os.getpid(),
+            "config": str(self.config.path) if self.config.path else None,
+            "started": self.started,
+            "updated": time.time(),
+            "epoch": self.next_epoch,
+            "epochs_total": self.config.epochs.count,
+            "download_epoch": dl.get("epoch"),
+            "epoch_objects": dl.get("epoch_objects", 0),
+            "epoch_objects_done": dl.get("epoch_objects_done", 0),
+            "download_activity": dl.get("activity"),
+            **totals,
+            "shards_ready": ready,
+            "shards_claimed": _count(lay.ram_claimed),
+            "window_bytes": int(dl.get("window_bytes", 0)),
+            "window_limit": self.config.download.window,
+            "ram_bytes": dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed),
+            "ram_budget": self.config.output.ram_budget,
+            "download_bytes_per_s": round(download_rate, 1),
+            "write_records_per_s": round(record_rate, 1),
+            "download_bytes_per_s_avg": round(totals["bytes_downloaded"] / elapsed, 1),
+            "write_records_per_s_avg": round(totals["records_written"] / elapsed, 1),
+            "writer_ram_wait_s": sum(float(r.get("ram_wait_s", 0)) for r in reports.values()),
+            "children": {
+                c.name: {
+                    "pid": c.pid,
+                    "alive": c.alive,
+                    "restarts": c.restarts,
+                    "state": str(c.state),
+                    "activity": c.last_report.get("activity"),
+                }
+                for c in self.children
+            },
+            "last_errors": errors,
+        }
+
+
+def _count(directory: Path) -> int:
+    try:
+        return len(os.listdir(directory))
+    except FileNotFoundError:
+        return 0
+
+
+def _holds_lock(path: Path) -> bool:
+    """Whether some live process holds the flock on ``path`` (a trainer's liveness lock)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -1,0 +1,94 @@
+"""TFRecord framing, done here so the daemon never imports TensorFlow.
+
+A TFRecord file is a sequence of frames::
+
+    uint64 length            (little endian)
+    uint32 masked_crc32c(length bytes)
+    byte   data[length]
+    uint32 masked_crc32c(data)
+
+The mask is TensorFlow's: rotate the CRC right by 15 bits and add 0xa282ead8 (mod 2**32).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import google_crc32c
+
+_MASK_DELTA = 0xA282EAD8
+_U32 = 0xFFFFFFFF
+_HEADER = struct.Struct("<QI")
+FOOTER = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size
+FOOTER_SIZE = FOOTER.size
+FRAME_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
+_CHUNK = 16 * 1024 * 1024
+
+
+class FramingError(ValueError):
+    """The bytes are not a valid TFRecord frame; ``offset`` is where the bad frame starts."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"at byte {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+
+
+def masked_crc(data: bytes | memoryview) -> int:
+    crc: int = google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _U32
+
+
+def frame_header(length: int) -> bytes:
+    """The 12 bytes that precede a record of ``length`` bytes."""
+    length_bytes = struct.pack("<Q", length)
+    return length_bytes + FOOTER.pack(masked_crc(length_bytes))
+
+
+def frame(data: bytes) -> bytes:
+    """One complete frame around ``data``."""
+    return frame_header(len(data)) + data + FOOTER.pack(masked_crc(data))
+
+
+def _read_at_most(stream: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes, read in bounded chunks: a corrupt length that happens to pass its CRC
+    must end as a truncated frame, not as a huge allocation (MemoryError, OverflowError)."""
+    if n <= _CHUNK:
+        return stream.read(n)
+    parts = []
+    while n > 0:
+        part = stream.read(min(n, _CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        n -= len(part)
+    return b"".join(parts)
+
+
+def read_records(stream: BinaryIO, *, start_offset: int = 0) -> Iterator[bytes]:
+    """Yield each record's data from ``stream``, checking both CRCs of every frame.
+
+    Raises ``FramingError`` on a bad CRC or a truncated frame; a clean end of stream between
+    frames ends the iteration.
+    """
+    offset = start_offset
+    while True:
+        header = stream.read(HEADER_SIZE)
+        if not header:
+            return
+        if len(header) < HEADER_SIZE:
+            raise FramingError(offset, "truncated record header")
+        length, length_crc = _HEADER.unpack(header)
+        if masked_crc(header[:8]) != length_crc:
+            raise FramingError(offset, "length CRC mismatch (not a TFRecord, or corrupt)")
+        data = _read_at_most(stream, length)
+        footer = stream.read(FOOTER_SIZE)
+        if len(data) < length or len(footer) < FOOTER_SIZE:
+            raise FramingError(offset, f"truncated record (expected {length} bytes of data)")
+        if masked_crc(data) != FOOTER.unpack(footer)[0]:
+            raise FramingError(offset, "data CRC mismatch")
+        offset += FRAME_OVERHEAD + length
+        yield data

@@ -1,0 +1,217 @@
+"""Moving bytes from the store into local files: the classic boto3 client.
+
+Small objects are one GET each, many at once; objects larger than ``download.part_size`` are
+split into ranged GETs that run in parallel and write into the same pre-sized file with
+``pwrite``. ``download.concurrency`` bounds the requests in flight. boto3 does not check a
+ranged download end to end, so every object is verified after it is assembled: its size, and
+its MD5 when the ETag is one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import botocore.exceptions
+import urllib3.exceptions
+
+from prefetchd.budget import split_ranges
+from prefetchd.config import Config
+from prefetchd.layout import create_exclusive
+from prefetchd.order import SourceObject
+from prefetchd.store import S3Client, is_plain_md5, make_client
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 1024 * 1024
+_STREAM_ATTEMPTS = 3
+# Errors while reading a response body: botocore has already returned, so it will not retry them.
+_STREAM_ERRORS: tuple[type[BaseException], ...] = (
+    botocore.exceptions.ResponseStreamingError,
+    botocore.exceptions.IncompleteReadError,
+    botocore.exceptions.ReadTimeoutError,
+    botocore.exceptions.ConnectionError,
+    urllib3.exceptions.HTTPError,
+    ConnectionError,
+    TimeoutError,
+)
+
+
+class IntegrityError(Exception):
+    """What arrived is not what the store holds (size or checksum); the object is re-fetched."""
+
+
+@dataclass
+class Job:
+    """One object being fetched into ``tmp``."""
+
+    epoch: int
+    seq: int
+    obj: SourceObject
+    name: str
+    tmp: Path
+    attempt: int = 0
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+    next_part: int = 0
+    # Filled in by the transfer threads:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    parts_left: int = 0
+    fd: int = -1
+    error: BaseException | None = None
+    retries: int = 0
+    md5: Any = None
+
+    @property
+    def all_submitted(self) -> bool:
+        return self.next_part >= len(self.ranges)
+
+
+Done = Callable[[Job], None]
+
+
+class ClassicTransfer:
+    """A bounded pool of ``get_object`` calls. ``done(job)`` is called once per job, from a
+    transfer thread, with ``job.error`` set if the object could not be fetched."""
+
+    def __init__(self, config: Config, done: Done) -> None:
+        self._config = config
+        self._client: S3Client = make_client(config)
+        self._done = done
+        n = config.download.concurrency
+        self._slots = threading.Semaphore(n)
+        self._pool = ThreadPoolExecutor(n, thread_name_prefix="get")
+        self._part_size = config.download.part_size
+        self._bucket = config.source.bucket
+
+    def prepare(self, job: Job) -> None:
+        """Create the temp file and plan the parts of ``job`` (main thread)."""
+        size = job.obj.size
+        job.ranges = split_ranges(size, self._part_size) if size > self._part_size else []
+        job.next_part = 0
+        job.parts_left = max(1, len(job.ranges))
+        job.error = None
+        job.retries = 0
+        job.md5 = None
+        job.fd = create_exclusive(job.tmp, readable=True)  # read back for the MD5
+        if size:
+            os.ftruncate(job.fd, size)
+
+    def submit_parts(self, job: Job, timeout: float) -> bool:
+        """Start as many of ``job``'s requests as slots allow; True once all are started."""
+        if not job.ranges:
+            if job.next_part == 0 and self._slots.acquire(timeout=timeout):
+                job.next_part = 1
+                self._pool.submit(self._run, job, None)
+            return job.next_part >= 1
+        while not job.all_submitted and self._slots.acquire(timeout=timeout):
+            rng = job.ranges[job.next_part]
+            job.next_part += 1
+            self._pool.submit(self._run, job, rng)
+            timeout = 0
+        return job.all_submitted
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- transfer threads ---------------------------------------------------------------------
+
+    def _run(self, job: Job, rng: tuple[int, int] | None) -> None:
+        try:
+            if job.error is None:
+                self._fetch(job, rng)
+        except BaseException as exc:  # carried to the caller in job.error, never swallowed
+            with job.lock:
+                job.error = job.error or exc
+        finally:
+            self._slots.release()
+            with job.lock:
+                job.parts_left -= 1
+                last = job.parts_left == 0
+            if last:
+                self._finish(job)
+
+    def _fetch(self, job: Job, rng: tuple[int, int] | None) -> None:
+        args: dict[str, Any] = {"Bucket": self._bucket, "Key": job.obj.key}
+        if job.obj.etag:
+            args["IfMatch"] = f'"{job.obj.etag}"'
+        start, expected = 0, job.obj.size
+        if rng is not None:
+            start, end = rng
+            args["Range"] = f"bytes={start}-{end}"
+            expected = end - start + 1
+        for attempt in range(_STREAM_ATTEMPTS):
+            resp = self._client.get_object(**args)
+            with job.lock:
+                job.retries += int(resp["ResponseMetadata"].get("RetryAttempts", 0))
+            if rng is None:
+                job.md5 = hashlib.md5(usedforsecurity=False)  # restart the running hash too
+            try:
+                self._stream(job, resp, start, expected)
+                return
+            except _STREAM_ERRORS as exc:
+                if attempt + 1 == _STREAM_ATTEMPTS:
+                    raise
+                with job.lock:
+                    job.retries += 1
+                log.debug("re-reading %s from byte %d after %s", job.obj.key, start, exc)
+
+    def _stream(self, job: Job, resp: dict[str, Any], start: int, expected: int) -> None:
+        length = int(resp.get("ContentLength", -1))
+        if length != expected:
+            raise IntegrityError(
+                f"expected {expected} bytes at offset {start}, store sent {length}"
+            )
+        body = resp["Body"]
+        offset, got = start, 0
+        try:
+            while chunk := body.read(_CHUNK):
+                os.pwrite(job.fd, chunk, offset)
+                if job.md5 is not None:
+                    job.md5.update(chunk)
+                offset += len(chunk)
+                got += len(chunk)
+        finally:
+            body.close()
+        if got != expected:
+            raise IntegrityError(f"body ended after {got} of {expected} bytes at offset {start}")
+
+    def _finish(self, job: Job) -> None:
+        try:
+            if job.error is None:
+                self._verify(job)
+        except BaseException as exc:
+            job.error = exc
+        finally:
+            os.close(job.fd)
+            job.fd = -1
+            self._done(job)
+
+    def _verify(self, job: Job) -> None:
+        size = os.fstat(job.fd).st_size
+        if size != job.obj.size:
+            raise IntegrityError(f"local file has {size} bytes, listing said {job.obj.size}")
+        if not is_plain_md5(job.obj.etag):
+            return
+        md5 = job.md5 or _file_md5(job.fd)
+        if md5.hexdigest() != job.obj.etag:
+            raise IntegrityError(f"MD5 {md5.hexdigest()} does not match ETag {job.obj.etag}")
+
+
+def _file_md5(fd: int) -> Any:
+    md5 = hashlib.md5(usedforsecurity=False)
+    offset = 0
+    while chunk := os.pread(fd, 8 * _CHUNK, offset):
+        md5.update(chunk)
+        offset += len(chunk)
+    return md5
+
+
+def make_transfer(config: Config, done: Done) -> ClassicTransfer:
+    return ClassicTransfer(config, done)

@@ -1,0 +1,356 @@
+"""A writer process: claim downloaded objects, draw their records at random, write shards.
+
+Writer ``i`` claims raw objects by renaming ``cache/ready/<obj>`` to ``cache/claimed/w<i>-<obj>``,
+keeps up to ``output.mix`` of them open, and writes each next record from a randomly chosen
+open object (seeded per epoch and writer) into the current shard. A shard holds records of one
+epoch only and is published when it reaches ``output.shard_size``, when its epoch has nothing
+left to give, or when no input has arrived for ``IDLE_FLUSH`` seconds.
+
+Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced)::
+
+    shard complete in .tmp  ->  journal line {shard, positions, finished}  ->  rename into ready/
+    ->  delete the raw objects whose last record is in that shard
+
+``positions`` counts the records taken from every still-open object. After a crash the writer
+rolls the last journalled shard forward if it is still in ``.tmp``, drops other temp shards,
+and resumes each claimed object after the journalled position, so every record of the epoch is
+published exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from random import Random
+from typing import Any
+
+from prefetchd.budget import ram_chunk
+from prefetchd.child import ChildContext
+from prefetchd.errors import CorruptObject
+from prefetchd.formats import Format, get_format
+from prefetchd.inotify import IN_MOVED_TO, Watch
+from prefetchd.layout import (
+    TMP_SUFFIX,
+    epoch_prefix,
+    parse_object_name,
+    parse_shard_name,
+    shard_name,
+    write_atomic,
+)
+from prefetchd.order import mixing_rng
+from prefetchd.shards import Interrupted, RamBudget, ShardFile
+
+log = logging.getLogger(__name__)
+
+IDLE_FLUSH = 0.5  # seconds without input before a partial shard is published
+LISTING_MAX_AGE = 0.5
+JOURNAL_COMPACT_EVERY = 256
+
+
+@dataclass
+class OpenObject:
+    """A claimed raw object and how many of its records are already taken."""
+
+    name: str
+    key: str
+    epoch: int
+    path: Path
+    records: Iterator[bytes]
+    taken: int = 0
+
+
+@dataclass
+class CommitState:
+    counter: int = 0
+    positions: dict[str, int] = field(default_factory=dict)
+
+
+class Writer:
+    def __init__(self, ctx: ChildContext, index: int) -> None:
+        self.ctx = ctx
+        self.index = index
+        self.config = ctx.config
+        self.layout = ctx.layout
+        self.format: Format = get_format(self.config.source.format)
+        out = self.config.output
+        self.budget = RamBudget(
+            self.layout, out.ram_budget, ram_chunk(out.shard_size), ctx.should_stop
+        )
+        self.prefix = f"w{index}-"
+        self.journal = self.layout.journal / f"w{index}.log"
+        self.open: list[OpenObject] = []
+        self.finished: list[OpenObject] = []  # drained, deleted once their shard is published
+        self.shard: ShardFile | None = None
+        self.shard_epoch: int | None = None
+        self.rng = Random(0)
+        self.commit = CommitState()
+        self.journal_lines = 0
+        self.listing: list[str] = []
+        self.listed_at = 0.0
+        self.last_input = time.monotonic()
+        self.counters = ctx.counters
+        self.counters.update(
+            records_written=0,
+            shards_written=0,
+            bytes_written=0,
+            objects_consumed=0,
+            errors=0,
+            epoch=None,
+            ram_wait_s=0.0,
+            activity="starting",
+        )
+
+    # --- boot and recovery --------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._recover()
+        self.ctx.ready = True
+        self.ctx.report(force=True)
+        with Watch(self.layout.cache_ready, IN_MOVED_TO) as arrivals:
+            self.arrivals = arrivals
+            with contextlib.suppress(Interrupted):
+                self._loop()
+            self._stop()
+
+    def _recover(self) -> None:
+        last = self._last_commit()
+        if last is not None:
+            tmp = self.layout.ram_tmp / f"{last['shard']}{TMP_SUFFIX}"
+            if last["shard"] and tmp.exists():
+                os.rename(tmp, self.layout.ram_ready / last["shard"])
+                log.info("rolled forward shard %s after a restart", last["shard"])
+            for name in last["finished"]:
+                self._delete_raw(name)
+            self.commit = CommitState(last["counter"] + 1, dict(last["positions"]))
+            write_atomic(self.journal, (json.dumps(last) + "\n").encode(), fsync=True)
+        for entry in os.scandir(self.layout.ram_tmp):
+            parsed = parse_shard_name(entry.name.removesuffix(TMP_SUFFIX))
+            if parsed is not None and parsed[1] == self.index:
+                os.unlink(entry.path)  # an unjournalled shard: its records are redone below
+        claimed = sorted(
+            e.name[len(self.prefix) :]
+            for e in os.scandir(self.layout.cache_claimed)
+            if e.name.startswith(self.prefix)
+        )
+        for name in claimed:
+            self._open(name, resume_at=self.commit.positions.get(name, 0))
+        if claimed:
+            log.info("resuming %d claimed objects after a restart", len(claimed))
+
+    def _last_commit(self) -> dict[str, Any] | None:
+        try:
+            lines = self.journal.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return None
+        for line in reversed(lines):
+            try:
+                entry: dict[str, Any] = json.loads(line)
+                return entry
+            except json.JSONDecodeError:
+                continue  # a torn last line: the shard it describes was never published
+        return None
+
+    # --- main loop ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self.ctx.should_stop():
+            self._refill()
+            if not self.open:
+                self._idle()
+                continue
+            obj = (
+                self.open[self.rng.randrange(len(self.open))]
+                if len(self.open) > 1
+                else self.open[0]
+            )
+            try:
+                record = next(obj.records)
+            except StopIteration:
+                self._drained(obj)
+                continue
+            except CorruptObject as exc:
+                self._quarantine(obj, exc)
+                continue
+            shard = self._shard_for(obj.epoch)
+            shard.write_record(record)
+            obj.taken += 1
+            if shard.size >= self.config.output.shard_size:
+                self._publish()
+            self._report()
+
+    def _refill(self) -> None:
+        while len(self.open) < self.config.output.mix:
+            name = self._claim_next()
+            if name is None:
+                return
+            self._open(name, resume_at=0)
+            self.last_input = time.monotonic()
+
+    def _idle(self) -> None:
+        """Nothing open: publish a partial shard if its epoch is over or input dried up."""
+        if self.shard is not None and self.shard.records:
+            epoch_over = self._epoch_exhausted(self.shard_epoch)
+            if epoch_over or time.monotonic() - self.last_input >= IDLE_FLUSH:
+                self._publish()
+        elif self.finished:
+            self._publish()
+        self.counters["activity"] = "waiting for downloads"
+        self._report()
+        self.arrivals.read(timeout=0.1)
+        self.listed_at = 0.0
+
+    def _epoch_exhausted(self, epoch: int | None) -> bool:
+        if epoch is None or not self.layout.downloaded_marker(epoch).exists():
+            return False
+        self._list(force=True)
+        return not any(n.startswith(epoch_prefix(epoch)) for n in self.listing)
+
+    def _claim_next(self) -> str | None:
+        """Rename the first claimable object into our claimed set; None if there is none now."""
+        self._list()
+        while self.listing:
+            name = self.listing[0]
+            parsed = parse_object_name(name)
+            if parsed is None:
+                self.listing.pop(0)
+                continue
+            epoch = parsed[0]
+            current = self.open[0].epoch if self.open else self.shard_epoch
+            if current is not None and epoch != current:
+                if self.open or self.finished or not self._may_switch(epoch):
+                    return None  # finish this epoch's shard before starting another
+                self._publish()
+                self.shard_epoch = None
+            self.listing.pop(0)
+            try:
+                os.rename(
+                    self.layout.cache_ready / name,
+                    self.layout.cache_claimed / (self.prefix + name),
+                )
+            except FileNotFoundError:
+                continue  # another writer was faster
+            return name
+        return None
+
+    def _may_switch(self, epoch: int) -> bool:
+        current = self.shard_epoch
+        if current is None or epoch < current:
+            return True
+        waited = time.monotonic() - self.last_input >= IDLE_FLUSH
+        return waited or self.layout.downloaded_marker(current).exists()
+
+    def _list(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or not self.listing or now - self.listed_at > LISTING_MAX_AGE:
+            self.listing = sorted(os.listdir(self.layout.cache_ready))
+            self.listed_at = now
+
+    def _open(self, name: str, *, resume_at: int) -> None:
+        path = self.layout.cache_claimed / (self.prefix + name)
+        meta_path = self.layout.cache_meta / f"{name}.json"
+        parsed = parse_object_name(name)
+        assert parsed is not None
+        try:
+            key = json.loads(meta_path.read_text(encoding="utf-8"))["key"]
+        except (OSError, ValueError, KeyError):
+            key = f"<unknown key of {name}>"
+        records = self.format.records(key, str(path))
+        obj = OpenObject(name, key, parsed[0], path, records)
+        for _ in range(resume_at):
+            if next(records, None) is None:
+                break
+            obj.taken += 1
+        self.open.append(obj)
+
+    def _shard_for(self, epoch: int) -> ShardFile:
+        if self.shard is not None and self.shard_epoch != epoch:
+            self._publish()  # only after a restart can open objects span two epochs
+        if self.shard is None:
+            if self.shard_epoch != epoch:
+                self.rng = mixing_rng(self.config.epochs.seed, epoch, self.index)
+            self.shard_epoch = epoch
+            self.counters["epoch"] = epoch
+            name = shard_name(epoch, self.index, self.commit.counter)
+            self.shard = ShardFile(self.layout, name, self.budget)
+        return self.shard
+
+    def _drained(self, obj: OpenObject) -> None:
+        self.open.remove(obj)
+        self.finished.append(obj)
+        self.counters["objects_consumed"] += 1
+
+    def _quarantine(self, obj: OpenObject, exc: CorruptObject) -> None:
+        log.error("quarantined s3://%s/%s: %s", self.config.source.bucket, obj.key, exc.reason)
+        self.ctx.error(obj.key, exc.reason)
+        self.counters["errors"] += 1
+        self._drained(obj)
+
+    # --- commit -------------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        """Commit the current shard (if any) and release the objects it finished."""
+        shard = self.shard
+        if shard is None and not self.finished:
+            return
+        entry = {
+            "shard": shard.name if shard else None,
+            "counter": self.commit.counter,
+            "positions": {o.name: o.taken for o in self.open},
+            "finished": [o.name for o in self.finished],
+        }
+        if shard is not None:
+            shard.finish()
+        self._journal(entry)
+        if shard is not None:
+            shard.publish()
+            self.counters["records_written"] += shard.records
+            self.counters["bytes_written"] += shard.size
+            self.counters["shards_written"] += 1
+            self.commit.counter += 1
+        for obj in self.finished:
+            self._delete_raw(obj.name)
+        self.finished.clear()
+        self.shard = None
+
+    def _journal(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry) + "\n"
+        self.journal_lines += 1
+        if self.journal_lines >= JOURNAL_COMPACT_EVERY:
+            write_atomic(self.journal, line.encode(), fsync=True)  # only the last entry matters
+            self.journal_lines = 1
+            return
+        with self.journal.open("a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _delete_raw(self, name: str) -> None:
+        for path in (
+            self.layout.cache_claimed / (self.prefix + name),
+            self.layout.cache_meta / f"{name}.json",
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def _report(self) -> None:
+        self.counters["ram_wait_s"] = round(self.budget.waited, 3)
+        if self.open:
+            self.counters["activity"] = "writing"
+        self.ctx.report()
+
+    def _stop(self) -> None:
+        """Drain: publish what is written so far so no record is stranded in a temp file."""
+        if self.shard is not None and self.shard.records:
+            with contextlib.suppress(Interrupted):
+                self._publish()
+        elif self.shard is not None:
+            self.shard.discard()
+            self.shard = None
+        self.counters["activity"] = "stopped"
+        self.ctx.report(force=True)
