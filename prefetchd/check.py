@@ -64,7 +64,8 @@ def _check_store(config: Config) -> Iterator[Finding]:
     else:
         yield Finding(
             "ok",
-            f"bucket {src.bucket} readable: {len(matching)} of {len(keys)} listed objects are this worker's{more}",
+            f"bucket {src.bucket} readable: {len(matching)} of {len(keys)} listed objects "
+            f"are this worker's{more}",
         )
 
 
@@ -75,12 +76,14 @@ def _check_ram_dir(config: Config) -> Finding:
     if free is not None and free < budget:
         return Finding(
             "fail",
-            f"output.ram_dir {path}: only {format_size(free)} free, ram_budget is {format_size(budget)}",
+            f"output.ram_dir {path}: only {format_size(free)} free, "
+            f"ram_budget is {format_size(budget)}",
         )
     if fstype != "tmpfs":
         return Finding(
             "warn",
-            f"output.ram_dir {path} is on {fstype or 'an unknown filesystem'}, not tmpfs: shards will go through a disk",
+            f"output.ram_dir {path} is on {fstype or 'an unknown filesystem'}, not tmpfs: "
+            "shards will go through a disk",
         )
     return Finding("ok", f"output.ram_dir {path} is tmpfs with {format_size(free or 0)} free")
 

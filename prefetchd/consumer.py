@@ -164,13 +164,14 @@ class ShardReleaser:
         self._alive_fd = create_exclusive(tmp)
         fcntl.flock(self._alive_fd, fcntl.LOCK_EX)
         os.rename(tmp, lock)
+        self._alive_lock = lock
         self.released = 0
         self._opens: dict[str, int] = {}  # claimed name -> open handles (-1: never opened)
         self._lock = threading.Lock()
         self._watch = Watch(self.directory, IN_OPEN | IN_CLOSE)
         self._thread = threading.Thread(target=self._run, name="prefetchd-releaser", daemon=True)
         self._thread.start()
-        atexit.register(self.flush)
+        atexit.register(self._at_exit)
 
     def track(self, name: str) -> None:
         with self._lock:
@@ -188,6 +189,11 @@ class ShardReleaser:
         """Apply the events that already arrived (at exit, so finished shards are not left)."""
         with self._lock:
             self._apply(self._watch.read_now())
+
+    def _at_exit(self) -> None:
+        self.flush()
+        if os.getpid() == self.pid:
+            self._alive_lock.unlink(missing_ok=True)
 
     def _run(self) -> None:
         while True:

@@ -150,7 +150,8 @@ def render_table(status: dict[str, Any]) -> str:
         f"  {format_size(status.get('window_bytes', 0))}"
         f" of {format_size(status.get('window_limit', 0))}",
         f"  RAM disk        {_bar(status.get('ram_bytes', 0), status.get('ram_budget', 0))}"
-        f"  {format_size(status.get('ram_bytes', 0))} of {format_size(status.get('ram_budget', 0))}",
+        f"  {format_size(status.get('ram_bytes', 0))}"
+        f" of {format_size(status.get('ram_budget', 0))}",
         f"  shards          {status.get('shards_ready', 0)} ready, "
         f"{status.get('shards_claimed', 0)} being read",
         f"  retries/errors  {status.get('retries', 0)} / {status.get('errors', 0)}",

@@ -1,0 +1,55 @@
+"""A trainer process as users write it: ``ready_files()`` + ``TFRecordDataset``.
+
+    python consume.py CONFIG OUT.json [--epoch K] [--delay SECONDS]
+
+Writes ``{"shards": [...], "records": [[epoch, id], ...]}`` where ``id`` is the Example's
+``id`` feature (tfrecord datasets) or its ``key`` feature (raw datasets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import tensorflow as tf
+
+from prefetchd import ready_files
+from prefetchd.layout import parse_shard_name
+
+
+def record_id(serialized: bytes) -> int | str:
+    features = tf.train.Example.FromString(serialized).features.feature
+    if "id" in features:
+        return int(features["id"].int64_list.value[0])
+    return features["key"].bytes_list.value[0].decode("utf-8", "surrogateescape")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    parser.add_argument("out")
+    parser.add_argument("--epoch", type=int, default=None)
+    parser.add_argument("--delay", type=float, default=0.0, help="pause after each shard")
+    args = parser.parse_args()
+    shards: list[str] = []
+    records: list[tuple[int, int | str]] = []
+    for path in ready_files(args.config, epoch=args.epoch, timeout=120):
+        name = os.path.basename(path).partition("-")[2]
+        parsed = parse_shard_name(name)
+        assert parsed is not None, path
+        shards.append(name)
+        for raw in tf.data.TFRecordDataset(path):
+            records.append((parsed[0], record_id(raw.numpy())))
+        time.sleep(args.delay)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump({"shards": shards, "records": records}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""End to end, as a user runs it: moto on 127.0.0.1, ``prefetchd run`` as a process, two
+trainer processes reading shards through ``ready_files()`` and TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from prefetchd.status import REQUIRED_KEYS
+
+pytestmark = pytest.mark.e2e
+
+HERE = Path(__file__).resolve().parent
+KIB, MIB = 1024, 1024**2
+# 1 KiB to well past part_size (256 KiB), so both single and ranged GETs happen.
+SIZES = [
+    1 * KIB,
+    3 * KIB,
+    17 * KIB,
+    64 * KIB,
+    200 * KIB,
+    300 * KIB,
+    700 * KIB,
+    1 * MIB,
+    1536 * KIB,
+    5 * KIB,
+    90 * KIB,
+    2 * MIB,
+    12 * KIB,
+    480 * KIB,
+    33 * KIB,
+    150 * KIB,
+]
+
+
+def start_consumer(config: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "consume.py"), str(config), str(out), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=open(out.with_suffix(".log"), "wb"),
+    )
+
+
+def finish(proc: subprocess.Popen[bytes], out: Path, timeout: float = 300) -> dict[str, Any]:
+    code = proc.wait(timeout)
+    log = out.with_suffix(".log").read_text(errors="replace")[-3000:]
+    assert code == 0, f"consumer failed ({code}):\n{log}"
+    return json.loads(out.read_text())
+
+
+class Sampler(threading.Thread):
+    """Samples the byte budgets while the daemon runs (DESIGN.md invariant 3)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(daemon=True)
+        self.ram = Path(config["output"]["ram_dir"])
+        self.cache = Path(config["download"]["cache_dir"])
+        self.max_ram = 0
+        self.max_raw = 0
+        self.samples = 0
+        self.halt = threading.Event()
+
+    @staticmethod
+    def size(root: Path, *, only: tuple[str, ...] | None = None) -> int:
+        total = 0
+        for directory, _, files in os.walk(root):
+            if only and Path(directory).name not in only:
+                continue
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(directory, name)).st_size
+                except FileNotFoundError:
+                    continue
+        return total
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.max_ram = max(self.max_ram, self.size(self.ram))
+            # raw object bytes: published, claimed by writers, and downloads in flight
+            raw = self.size(self.cache, only=("ready", "claimed", ".tmp"))
+            self.max_raw = max(self.max_raw, raw)
+            self.samples += 1
+            time.sleep(0.01)
+
+
+def status_json(config: Path) -> tuple[int, dict[str, Any] | None]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "prefetchd", "status", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc.returncode, json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+@pytest.mark.parametrize("kind", ["tfrecord", "raw"])
+def test_two_epochs_exactly_once_to_two_trainers(
+    kind: str,
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    dataset = upload(kind, SIZES, seed=7)
+    config_path = write_config(tmp_path, source__format=kind)
+    config = yaml.safe_load(config_path.read_text())
+    expected = Counter(dataset["ids"] if kind == "tfrecord" else dataset["keys"])
+    assert len(expected) == dataset["records"]
+
+    sampler = Sampler(config)
+    sampler.start()
+    daemon = run_daemon(config_path)
+    consumers = [
+        (start_consumer(config_path, tmp_path / f"c{i}.json"), tmp_path / f"c{i}.json")
+        for i in range(2)
+    ]
+    status = None
+    deadline = time.monotonic() + 60
+    while status is None and time.monotonic() < deadline and daemon.alive():
+        code, status = status_json(config_path)
+        time.sleep(0.2)
+    results = [finish(proc, out) for proc, out in consumers]
+    code = daemon.wait(120)
+    sampler.halt.set()
+    sampler.join()
+
+    assert code == 0, daemon.output()
+    assert status is not None, f"status --json never answered\n{daemon.output()}"
+    missing = [k for k in REQUIRED_KEYS if k not in status]
+    assert not missing, f"status --json lacks {missing}"
+    assert set(status["children"]) == {"downloader", "writer-0", "writer-1"}
+    for child in status["children"].values():
+        assert {"pid", "alive", "restarts"} <= set(child)
+
+    for epoch in (0, 1):
+        delivered = Counter(rid for r in results for e, rid in r["records"] if e == epoch)
+        assert delivered == expected, f"epoch {epoch}: records lost or doubled"
+    shards = [set(r["shards"]) for r in results]
+    assert shards[0].isdisjoint(shards[1]), "two trainers got the same shard"
+    assert all(r["shards"] for r in results), "one trainer got no shard at all"
+
+    ram_budget, window = 8 * MIB, 8 * MIB
+    assert sampler.samples > 10
+    assert sampler.max_ram <= ram_budget, f"RAM disk held {sampler.max_ram} bytes"
+    assert sampler.max_raw <= window, f"cache held {sampler.max_raw} raw bytes"
+    for leftovers in (Path(config["output"]["ram_dir"]), Path(config["download"]["cache_dir"])):
+        assert not list((leftovers / ".tmp").iterdir()), f"temp files left in {leftovers}/.tmp"
+    assert not list((Path(config["output"]["ram_dir"]) / "ready").iterdir())
+    assert not list((Path(config["output"]["ram_dir"]) / "claimed").iterdir())
+
+
+def test_crashed_writer_is_restarted_and_nothing_is_lost(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    dataset = upload("tfrecord", SIZES * 2, seed=3)
+    config_path = write_config(tmp_path, epochs__count=1, output__shard_size="128KiB")
+    daemon = run_daemon(config_path)
+    out = tmp_path / "c.json"
+    consumer = start_consumer(config_path, out, "--delay", "0.05")
+
+    victim = None
+    deadline = time.monotonic() + 60
+    while victim is None and time.monotonic() < deadline:
+        _, status = status_json(config_path)
+        if status and status["records_written"] > 0:
+            victim = status["children"]["writer-0"]["pid"]
+        time.sleep(0.05)
+    assert victim, f"the writers never wrote\n{daemon.output()}"
+    os.kill(victim, signal.SIGKILL)
+
+    result = finish(consumer, out)
+    assert daemon.wait(120) == 0, daemon.output()
+    delivered = Counter(rid for _, rid in result["records"])
+    assert delivered == Counter(dataset["ids"]), "records lost or doubled across a writer crash"
+    log = daemon.output()
+    assert "writer-0" in log and "restarting" in log
