@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -131,24 +131,24 @@ def split_s3_url(url: str) -> tuple[str, str]:
 # --- YAML loading ---------------------------------------------------------------------------
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` that rejects duplicate keys instead of keeping the last one."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if not isinstance(key, Hashable):
-            continue  # construct_mapping below reports it as a YAML error
-        if key in seen:
+def _reject_duplicates(node: yaml.Node | None, path: str = "") -> None:
+    """Walk the composed YAML tree; a key seen twice in one mapping is an error naming its
+    dotted path (``yaml.safe_load`` would silently keep the last value)."""
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _reject_duplicates(item, path)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: set[str] = set()
+    for key_node, value_node in node.value:
+        key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+        dotted = f"{path}.{key}" if path else str(key)
+        if key is not None and key in seen:
             line = key_node.start_mark.line + 1
-            raise ConfigError(f"duplicate key {key!r} at line {line}")
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+            raise ConfigError(f"duplicate key {dotted} at line {line}")
+        if key is not None:
+            seen.add(key)
+        _reject_duplicates(value_node, dotted)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -161,7 +161,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc}") from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        _reject_duplicates(yaml.compose(text, Loader=yaml.SafeLoader))
+        data = yaml.safe_load(text)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -205,6 +206,8 @@ def config_from_dict(
                 raise ConfigError(f"{dotted}: {_show(raw[key])} is not allowed: {exc}") from None
             if isinstance(values[key], Path) and not values[key].is_absolute():
                 values[key] = (base_dir or Path.cwd()) / values[key]
+            if dotted == "source.manifest" and values[key] and "://" not in values[key]:
+                values[key] = str((base_dir or Path.cwd()) / Path(values[key]).expanduser())
         sections[name] = cls(**values)
     if "source" not in data:
         raise ConfigError("source.url is required")

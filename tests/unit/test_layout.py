@@ -1,0 +1,362 @@
+"""Local names never come from object keys; directories are private; writes are atomic."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from prefetchd.config import config_from_dict
+from prefetchd.errors import RuntimeFailure
+from prefetchd.layout import (
+    Layout,
+    claim_name,
+    dir_bytes,
+    epoch_prefix,
+    key_hash,
+    make_private_dir,
+    object_name,
+    parse_claim_name,
+    parse_object_name,
+    parse_shard_name,
+    shard_name,
+    write_atomic,
+)
+
+HOSTILE_KEYS = [
+    "../../etc/passwd",
+    "/abs/path",
+    "a/../../b",
+    "..",
+    ".",
+    "",
+    "x" * 1000,
+    "dir/" * 300 + "file",
+    "é/ü/日本語/🙂",
+    "\u202eevil\u202c.txt",  # right-to-left override
+    "a\x00b",
+    "line\nbreak\r\n",
+    "\udcff\udcfe",  # undecodable bytes kept by surrogateescape
+    "C:\\Windows\\system32",
+    "~root/.ssh/authorized_keys",
+]
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+# --- object names -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_object_name_of_a_hostile_key_is_a_plain_file_name(key: str, tmp_path: Path) -> None:
+    digest = key_hash("bucket", key)
+    name = object_name(3, 41, digest)
+    assert "/" not in name and "\\" not in name
+    assert ".." not in name
+    assert name.isascii() and name.isprintable()
+    assert len(name.encode()) < 255
+    assert parse_object_name(name) == (3, 41, digest)
+    # creating it really stays inside the directory
+    (tmp_path / name).write_bytes(b"x")
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_key_hash_is_stable_and_distinguishes_keys_and_buckets() -> None:
+    hashes = {key_hash("bucket", k) for k in HOSTILE_KEYS}
+    assert len(hashes) == len(HOSTILE_KEYS)
+    assert key_hash("bucket", "k") == key_hash("bucket", "k")
+    assert key_hash("bucket", "k") != key_hash("bucket2", "k")
+    # the separator keeps ("ab", "c") and ("a", "bc") apart
+    assert key_hash("ab", "c") != key_hash("a", "bc")
+
+
+@pytest.mark.parametrize(
+    ("epoch", "seq"), [(0, 0), (7, 123), (99_999, 999_999_999), (123_456, 10**10)]
+)
+def test_object_name_round_trips(epoch: int, seq: int) -> None:
+    digest = key_hash("b", "k")
+    name = object_name(epoch, seq, digest)
+    assert parse_object_name(name) == (epoch, seq, digest)
+    assert name.startswith(epoch_prefix(epoch))
+
+
+def test_epoch_prefix_does_not_match_other_epochs() -> None:
+    digest = key_hash("b", "k")
+    assert not object_name(10, 0, digest).startswith(epoch_prefix(1))
+    assert not shard_name(10, 0, 0).startswith(epoch_prefix(1))
+    assert not object_name(1, 0, digest).startswith(epoch_prefix(10))
+
+
+def test_shard_and_object_names_sort_by_epoch_then_sequence() -> None:
+    digest = key_hash("b", "k")
+    names = [object_name(e, s, digest) for e in (0, 1, 2) for s in (0, 9, 10, 100)]
+    assert sorted(names) == names
+    shards = [shard_name(e, 0, c) for e in (0, 1) for c in (0, 9, 10, 1000)]
+    assert sorted(shards) == shards
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "passwd",
+        "e00000-000000000-abc",
+        "e00000-000000000-" + "g" * 24,
+        "e00000-000000000-" + "A" * 24,
+        "e0000-000000000-" + "a" * 24,
+        "e00000-000000000-" + "a" * 24 + ".part",
+        ".e00000-000000000-" + "a" * 24,
+        "e00000-000000000-" + "a" * 24 + "\n",  # regression: $ matched before a newline
+        "e" + "\u0660" * 5 + "-000000000-" + "a" * 24,  # regression: non-ASCII digits
+    ],
+)
+def test_parse_object_name_rejects_names_that_are_not_ours(name: str) -> None:
+    assert parse_object_name(name) is None
+
+
+# --- shard and claim names --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("epoch", "writer", "counter", "gzip"),
+    [(0, 0, 0, False), (3, 12, 4567, False), (3, 12, 4567, True), (100_000, 100, 10**8, False)],
+)
+def test_shard_name_round_trips(epoch: int, writer: int, counter: int, gzip: bool) -> None:
+    name = shard_name(epoch, writer, counter, gzip=gzip)
+    assert name.endswith(".tfrecord.gz" if gzip else ".tfrecord")
+    assert parse_shard_name(name) == (epoch, writer, counter)
+    assert name.startswith(epoch_prefix(epoch))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "data.tfrecord",
+        "e00000-w00-0000000.tfrecord.part",
+        "e00000-w00-0000000.tfrecord.gz.part",
+        "e00000-w00-0000000.tfrecord.zst",
+        ".e00000-w00-0000000.tfrecord",
+        "e00000-w0-0000000.tfrecord",
+        "e00000-w00-0000000.tfrecord\n",  # regression: $ matched before a newline
+        "e00000-w\u0660\u0660-0000000.tfrecord",  # regression: non-ASCII digits
+    ],
+)
+def test_parse_shard_name_rejects_names_that_are_not_shards(name: str) -> None:
+    assert parse_shard_name(name) is None
+
+
+@pytest.mark.parametrize("gzip", [False, True])
+@pytest.mark.parametrize("owner", ["1", "4242", "4242a1b2c3d4", "Zz9"])
+def test_claim_name_round_trips(owner: str, gzip: bool) -> None:
+    shard = shard_name(2, 1, 17, gzip=gzip)
+    name = claim_name(owner, shard)
+    assert "/" not in name
+    assert parse_claim_name(name) == (owner, shard)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "1234",
+        "1234-",
+        "-e00000-w00-0000000.tfrecord",
+        "12_a-e00000-w00-0000000.tfrecord",
+        "12 a-e00000-w00-0000000.tfrecord",
+        "../x-e00000-w00-0000000.tfrecord",
+        "1234-not-a-shard.tfrecord",
+        "1234-e00000-w00-0000000.tfrecord.part",
+        "1234-e00000-w00-0000000.tfrecord\n",
+        "\u00b2-e00000-w00-0000000.tfrecord",  # superscript two: isdigit() but not int()
+        "\u0661\u0662-e00000-w00-0000000.tfrecord",
+    ],
+)
+def test_parse_claim_name_rejects_names_that_are_not_claims(name: str) -> None:
+    assert parse_claim_name(name) is None
+
+
+# --- private directories ----------------------------------------------------------------------
+
+
+def test_make_private_dir_creates_0700_with_parents(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "c"
+    make_private_dir(path)
+    assert path.is_dir()
+    assert mode_of(path) == 0o700
+    assert mode_of(path.parent) == 0o700
+
+
+def test_make_private_dir_ignores_a_permissive_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        make_private_dir(tmp_path / "d")
+    finally:
+        os.umask(old)
+    assert mode_of(tmp_path / "d") == 0o700
+
+
+def test_make_private_dir_tightens_our_own_0750_dir(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    path.mkdir()
+    path.chmod(0o750)
+    (path / "kept").write_bytes(b"data")
+    make_private_dir(path)
+    assert mode_of(path) == 0o700
+    assert (path / "kept").read_bytes() == b"data"
+
+
+def test_make_private_dir_accepts_an_existing_private_dir(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    path.mkdir(mode=0o700)
+    make_private_dir(path)
+    make_private_dir(path)
+    assert mode_of(path) == 0o700
+
+
+def test_make_private_dir_refuses_a_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(RuntimeFailure) as info:
+        make_private_dir(link)
+    assert str(link) in str(info.value)
+    assert "symlink" in str(info.value)
+
+
+def test_make_private_dir_refuses_a_dangling_symlink(tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(RuntimeFailure, match="symlink"):
+        make_private_dir(link)
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770, 0o702])
+def test_make_private_dir_refuses_a_dir_others_can_write(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "shared"
+    path.mkdir()
+    path.chmod(mode)
+    with pytest.raises(RuntimeFailure) as info:
+        make_private_dir(path)
+    assert str(path) in str(info.value)
+    assert "writable" in str(info.value)
+    assert mode_of(path) == mode, "an unsafe dir is reported, not silently changed"
+
+
+def test_make_private_dir_refuses_a_regular_file(tmp_path: Path) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(b"")
+    with pytest.raises(RuntimeFailure) as info:
+        make_private_dir(path)
+    assert str(path) in str(info.value)
+
+
+def test_make_private_dir_under_a_regular_file_is_a_clear_failure(tmp_path: Path) -> None:
+    # regression: a parent that is a file escaped as a raw NotADirectoryError traceback
+    (tmp_path / "file").write_bytes(b"")
+    path = tmp_path / "file" / "sub"
+    with pytest.raises(RuntimeFailure) as info:
+        make_private_dir(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a directory to another user")
+def test_make_private_dir_refuses_another_users_dir(tmp_path: Path) -> None:
+    path = tmp_path / "theirs"
+    path.mkdir(mode=0o700)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(RuntimeFailure) as info:
+        make_private_dir(path)
+    assert str(path) in str(info.value)
+    assert "another user" in str(info.value)
+
+
+def test_layout_create_makes_every_directory_private(tmp_path: Path) -> None:
+    config = config_from_dict(
+        {
+            "source": {"url": "s3://bucket/data/"},
+            "download": {"cache_dir": "cache"},
+            "output": {"ram_dir": "ram"},
+            "status": {"state_dir": "state"},
+        },
+        base_dir=tmp_path,
+    )
+    layout = Layout.of(config)
+    layout.create()
+    for path in layout.all_dirs():
+        assert path.is_dir(), path
+        assert mode_of(path) == 0o700, path
+        assert path.resolve().is_relative_to(tmp_path.resolve())
+
+
+# --- atomic writes ----------------------------------------------------------------------------
+
+
+def test_write_atomic_writes_a_private_file_and_leaves_no_temp(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    write_atomic(path, b'{"state": "running"}')
+    assert path.read_bytes() == b'{"state": "running"}'
+    assert mode_of(path) == 0o600
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
+def test_write_atomic_replaces_an_existing_file(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    write_atomic(path, b"old")
+    write_atomic(path, b"new", fsync=True)
+    assert path.read_bytes() == b"new"
+    assert mode_of(path) == 0o600
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
+def test_write_atomic_file_is_private_even_with_a_permissive_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        write_atomic(tmp_path / "f", b"x")
+    finally:
+        os.umask(old)
+    assert mode_of(tmp_path / "f") == 0o600
+
+
+def test_failed_write_atomic_keeps_the_old_file_and_removes_its_temp(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    write_atomic(path, b"old")
+    with pytest.raises(TypeError):
+        write_atomic(path, "not bytes")  # type: ignore[arg-type]
+    assert path.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
+# --- byte accounting --------------------------------------------------------------------------
+
+
+def test_dir_bytes_sums_file_sizes_over_several_dirs(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "one").write_bytes(b"x" * 1000)
+    (a / "two").write_bytes(b"")
+    (b / "three").write_bytes(b"y" * 24)
+    assert dir_bytes(a) == 1000
+    assert dir_bytes(a, b) == 1024
+    assert dir_bytes(a, tmp_path / "missing", b) == 1024
+    assert dir_bytes() == 0
+
+
+def test_dir_bytes_counts_only_regular_files(tmp_path: Path) -> None:
+    # regression: subdirectories and symlinks were counted, unlike the docstring says
+    (tmp_path / "shard").write_bytes(b"z" * 100)
+    (tmp_path / "subdir").mkdir()
+    (tmp_path / "subdir" / "nested").write_bytes(b"n" * 5000)
+    (tmp_path / "link").symlink_to(tmp_path / "shard")
+    assert dir_bytes(tmp_path) == 100
+
+
+def test_dir_bytes_of_a_missing_dir_is_zero(tmp_path: Path) -> None:
+    assert dir_bytes(tmp_path / "missing") == 0
