@@ -67,12 +67,16 @@ def _status(config: Config, *, as_json: bool, watch: bool) -> int:
     layout = Layout.of(config)
     while True:
         status = read_status(layout)
-        if not is_running(status):
+        running = is_running(status)
+        if status is not None and (running or not watch):
+            # A stopped daemon's last record still tells what happened (exit code says 3).
+            text = json.dumps(status, indent=2, sort_keys=True) if as_json else render_table(status)
+        if not running:
+            if status is not None and not watch:
+                print(text)
             last = f" (last state: {status.get('state')})" if status else ""
             print(f"prefetchd: not running for {config.path}{last}", file=sys.stderr)
             return EXIT_NOT_RUNNING
-        assert status is not None
-        text = json.dumps(status, indent=2, sort_keys=True) if as_json else render_table(status)
         if not watch:
             print(text)
             return EXIT_OK

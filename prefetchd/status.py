@@ -142,9 +142,11 @@ def render_table(status: dict[str, Any]) -> str:
         f" {done}/{total} objects)",
         f"  downloader      {status.get('download_activity', '?')}",
         f"  download        {status.get('download_bytes_per_s', 0) / 1e6:8.1f} MB/s   "
+        f"(avg {status.get('download_bytes_per_s_avg', 0) / 1e6:.1f})  "
         f"{status.get('objects_downloaded', 0)} objects, "
         f"{format_size(status.get('bytes_downloaded', 0))}",
         f"  write           {status.get('write_records_per_s', 0):8.0f} rec/s  "
+        f"(avg {status.get('write_records_per_s_avg', 0):.0f})  "
         f"{status.get('records_written', 0)} records, {status.get('shards_written', 0)} shards",
         f"  window          {_bar(status.get('window_bytes', 0), status.get('window_limit', 0))}"
         f"  {format_size(status.get('window_bytes', 0))}"

@@ -102,7 +102,8 @@ class Supervisor:
         self._boot()
         try:
             while self.state in (DaemonState.STARTING, DaemonState.RUNNING):
-                self._handle_signals()
+                if self._handle_signals():
+                    break  # children may already be exiting from the same signal: no restarts
                 self._reap_and_restart()
                 self._check_started()
                 self._check_epochs()
@@ -189,12 +190,14 @@ class Supervisor:
 
     # --- signals ------------------------------------------------------------------------------
 
-    def _handle_signals(self) -> None:
+    def _handle_signals(self) -> bool:
+        """Start draining if a stop signal arrived; True if the daemon is draining."""
         while self.signals:
             signum = self.signals.popleft()
             log.info("received %s: draining", signal.Signals(signum).name)
             notify("STOPPING=1")
             self.state = DaemonState.DRAINING
+        return self.state is DaemonState.DRAINING
 
     # --- children -----------------------------------------------------------------------------
 
@@ -246,6 +249,8 @@ class Supervisor:
 
     def _on_exit(self, child: Child, now: float) -> None:
         assert child.process is not None
+        if self.signals:
+            return  # a stop signal just arrived (perhaps to the whole group): drain, no restart
         code = child.process.exitcode
         child.process.join(0)
         self.totals.add_dead(child.name, child.last_report)

@@ -6,6 +6,7 @@ daemon never imports it.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -13,6 +14,29 @@ import tensorflow as tf
 
 from prefetchd.config import Config, load_config
 from prefetchd.consumer import ready_files
+
+log = logging.getLogger(__name__)
+
+
+def safe_cycle_length(config: Config, wanted: int) -> int:
+    """The most shards one reader may hold open without starving the writers.
+
+    An interleave keeps ``cycle_length`` claimed shards open while it waits for the next one;
+    those shards and the writers' shards in progress must fit in the RAM budget together with
+    the one being waited for, or nothing can move.
+    """
+    out = config.output
+    limit = max(1, out.ram_budget // out.shard_size - out.writers - 1)
+    if wanted > limit:
+        log.warning(
+            "cycle_length %d lowered to %d: output.ram_budget holds only %d shards of "
+            "output.shard_size next to %d writers",
+            wanted,
+            limit,
+            out.ram_budget // out.shard_size,
+            out.writers,
+        )
+    return max(1, min(wanted, limit))
 
 
 def dataset(
@@ -23,15 +47,21 @@ def dataset(
     cycle_length: int = 4,
     block_length: int = 1,
     buffer_size: int = 8 * 1024 * 1024,
-    deterministic: bool = False,
 ) -> Any:
     """A ``tf.data.Dataset`` of serialized records from the daemon's shards.
 
     Shard paths come from ``ready_files()`` (``from_generator``) and are read by
-    ``cycle_length`` parallel ``TFRecordDataset`` readers, interleaved, then prefetched. Parse
-    the records with ``.map(tf.io.parse_single_example, ...)`` as usual.
+    ``cycle_length`` ``TFRecordDataset`` readers, interleaved, then prefetched. Parse the
+    records with ``.map(tf.io.parse_single_example, ...)`` as usual.
+
+    The interleave is deliberately sequential: TensorFlow's parallel interleave produces
+    nothing while its input iterator blocks, and ``ready_files()`` blocks whenever the daemon
+    is behind. The trainer would then hold claimed shards it never reads, the RAM budget would
+    fill, and the writers could never publish the shard the generator waits for (a deadlock
+    seen with TF 2.21). Reading stays in C++ either way; ``prefetch`` overlaps it with training.
     """
     cfg = config if isinstance(config, Config) else load_config(config)
+    cycle_length = safe_cycle_length(cfg, cycle_length)
     compression = "GZIP" if cfg.output.compression == "gzip" else ""
 
     def paths() -> Any:
@@ -46,7 +76,5 @@ def dataset(
         ),
         cycle_length=cycle_length,
         block_length=block_length,
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=deterministic,
     )
     return records.prefetch(tf.data.AUTOTUNE)

@@ -1,10 +1,12 @@
-"""Moving bytes from the store into local files: the classic boto3 client.
+"""Moving bytes from the store into local files: the classic boto3 client, and what every
+backend shares (``Job``, ``verify_download``, ``make_transfer``).
 
 Small objects are one GET each, many at once; objects larger than ``download.part_size`` are
 split into ranged GETs that run in parallel and write into the same pre-sized file with
 ``pwrite``. ``download.concurrency`` bounds the requests in flight. boto3 does not check a
 ranged download end to end, so every object is verified after it is assembled: its size, and
-its MD5 when the ETag is one.
+its MD5 when the ETag is one. ``download.client: crt`` selects ``transfer_crt.CrtTransfer``
+instead, which keeps the same contract.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import botocore.exceptions
 import urllib3.exceptions
 
 from prefetchd.budget import split_ranges
 from prefetchd.config import Config
+from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
 from prefetchd.order import SourceObject
 from prefetchd.store import S3Client, is_plain_md5, make_client
@@ -74,6 +77,18 @@ class Job:
 
 
 Done = Callable[[Job], None]
+
+
+class Transfer(Protocol):
+    """What the downloader needs of a backend. ``done(job)`` is called exactly once per prepared
+    job, from a thread other than the caller's, after ``job.fd`` is closed and set to -1, with
+    ``job.error`` set if the object could not be fetched or failed ``verify_download``."""
+
+    def prepare(self, job: Job) -> None: ...
+
+    def submit_parts(self, job: Job, timeout: float) -> bool: ...
+
+    def shutdown(self) -> None: ...
 
 
 class ClassicTransfer:
@@ -185,7 +200,7 @@ class ClassicTransfer:
     def _finish(self, job: Job) -> None:
         try:
             if job.error is None:
-                self._verify(job)
+                verify_download(job)
         except BaseException as exc:
             job.error = exc
         finally:
@@ -193,15 +208,19 @@ class ClassicTransfer:
             job.fd = -1
             self._done(job)
 
-    def _verify(self, job: Job) -> None:
-        size = os.fstat(job.fd).st_size
-        if size != job.obj.size:
-            raise IntegrityError(f"local file has {size} bytes, listing said {job.obj.size}")
-        if not is_plain_md5(job.obj.etag):
-            return
-        md5 = job.md5 or _file_md5(job.fd)
-        if md5.hexdigest() != job.obj.etag:
-            raise IntegrityError(f"MD5 {md5.hexdigest()} does not match ETag {job.obj.etag}")
+
+def verify_download(job: Job) -> None:
+    """Check that ``job.fd`` (still open) holds the listed object: its size, and its MD5 when the
+    ETag is a plain MD5. ``job.md5`` is a running hash of the whole body, or None to read the
+    file back. Raises ``IntegrityError``."""
+    size = os.fstat(job.fd).st_size
+    if size != job.obj.size:
+        raise IntegrityError(f"local file has {size} bytes, listing said {job.obj.size}")
+    if not is_plain_md5(job.obj.etag):
+        return
+    md5 = job.md5 or _file_md5(job.fd)
+    if md5.hexdigest() != job.obj.etag:
+        raise IntegrityError(f"MD5 {md5.hexdigest()} does not match ETag {job.obj.etag}")
 
 
 def _file_md5(fd: int) -> Any:
@@ -213,5 +232,16 @@ def _file_md5(fd: int) -> Any:
     return md5
 
 
-def make_transfer(config: Config, done: Done) -> ClassicTransfer:
-    return ClassicTransfer(config, done)
+def make_transfer(config: Config, done: Done) -> Transfer:
+    """The backend ``download.client`` names; raises ``ConfigError`` if it is not installed."""
+    if config.download.client != "crt":
+        return ClassicTransfer(config, done)
+    try:  # imported here so the classic path never loads awscrt
+        from prefetchd.transfer_crt import CrtTransfer
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "awscrt":
+            raise
+        raise ConfigError(
+            "download.client: 'crt' needs the crt extra: pip install 'prefetchd[crt]'"
+        ) from None
+    return CrtTransfer(config, done)

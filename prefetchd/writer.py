@@ -80,7 +80,7 @@ class Writer:
         self.format: Format = get_format(self.config.source.format)
         out = self.config.output
         self.budget = RamBudget(
-            self.layout, out.ram_budget, ram_chunk(out.shard_size), ctx.should_stop
+            self.layout, out.ram_budget, ram_chunk(out.shard_size), self._waiting_for_ram
         )
         self.prefix = f"w{index}-"
         self.journal = self.layout.journal / f"w{index}.log"
@@ -337,6 +337,13 @@ class Writer:
         ):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+    def _waiting_for_ram(self) -> bool:
+        """Called while blocked on the RAM budget: stay visibly alive; say whether to stop."""
+        self.counters["activity"] = "waiting for RAM budget (trainers are behind)"
+        self.counters["ram_wait_s"] = round(self.budget.waited, 3)
+        self.ctx.report()
+        return self.ctx.should_stop()
 
     def _report(self) -> None:
         self.counters["ram_wait_s"] = round(self.budget.waited, 3)

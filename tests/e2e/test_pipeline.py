@@ -189,3 +189,25 @@ def test_crashed_writer_is_restarted_and_nothing_is_lost(
     assert delivered == Counter(dataset["ids"]), "records lost or doubled across a writer crash"
     log = daemon.output()
     assert "writer-0" in log and "restarting" in log
+
+
+def test_tf_dataset_reads_an_epoch_larger_than_the_ram_budget(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Regression: an interleave holds claimed shards open while ready_files() waits for the
+    next one; if those and the writers' shards fill the RAM budget, the next one never comes.
+    (With a parallel interleave TF even stopped reading them.) dataset() must keep its cycle
+    within the budget and the writers must stay alive while they wait."""
+    dataset = upload("tfrecord", [512 * KIB] * 10, seed=5)  # 5 MiB per epoch
+    config_path = write_config(
+        tmp_path, output__ram_budget="1MiB", output__shard_size="256KiB", output__writers=2
+    )
+    daemon = run_daemon(config_path)
+    out = tmp_path / "tf.json"
+    result = finish(start_consumer(config_path, out, "--tf-dataset"), out)
+    assert daemon.wait(120) == 0, daemon.output()
+    delivered = Counter(rid for _, rid in result["records"])
+    assert delivered == Counter({i: 2 for i in dataset["ids"]}), "2 epochs, each record twice"

@@ -1,0 +1,344 @@
+"""Moving bytes from the store into local files with awscrt (``download.client: crt``).
+
+``awscrt.s3.S3Client`` is used directly: boto3's ``preferred_transfer_client='crt'`` ignores
+``endpoint_url`` (FACTS.md). Each object is one GET_OBJECT meta request; the CRT splits it into
+ranged GETs of ``download.part_size`` and runs them on its own event-loop threads, outside the
+GIL. Bodies arrive through ``on_body`` in order and are written with ``pwrite`` into ``job.fd``,
+the ``.part`` file ``prepare()`` created exclusively (as the classic backend does, so the
+downloader's start-up sweep stays valid), and hashed as they arrive, so ``verify_download``
+checks size and MD5 without reading the file back.
+
+CRT settings, and why:
+
+- ``max_active_connections_override``: ``download.concurrency`` on the client, and on each
+  request the slots its object holds (one per part, at most ``concurrency``), so requests in
+  flight never exceed ``download.concurrency`` — the same bound the classic backend keeps.
+- ``part_size``: ``download.part_size``.
+- ``memory_limit``: max(256 MiB, 2 x concurrency x part_size). The CRT buffers whole parts; its
+  default (2 GiB and up) follows ``throughput_target_gbps``, not what this daemon is told to
+  hold. 256 MiB is the least the CRT accepts.
+- ``throughput_target_gbps``: left at the default; it only sizes connections and memory, both set
+  explicitly above.
+- ``retry_config``: STANDARD mode (exponential backoff, retry token bucket) with
+  ``download.retries`` retries, or NONE when it is 0 — the CRT's counterpart of botocore's
+  "standard" mode in the classic backend. What survives it is turned into the errors
+  ``store.classify()`` knows. The longest backoff is 10 s, not the CRT's 20 s: ``cancel()``
+  does not cut a backoff short, and the supervisor gives a child 20 s to stop.
+- ``connect_timeout_ms``: 10 s, like the classic client.
+- No CRT checksum validation: ranged parts carry no checksum, and the full-object mode may add a
+  HeadObject per object; ``verify_download`` checks size and MD5 like the classic backend.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import awscrt.auth
+import awscrt.exceptions
+import awscrt.http
+import awscrt.io
+import awscrt.s3
+import botocore.exceptions
+import botocore.session
+
+from prefetchd.config import Config
+from prefetchd.errors import ConfigError
+from prefetchd.layout import create_exclusive
+from prefetchd.store import is_plain_md5
+from prefetchd.transfer import Done, IntegrityError, Job, verify_download
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REGION = "us-east-1"
+CONNECT_TIMEOUT_MS = 10_000
+MIN_MEMORY_LIMIT = 256 * 1024**2  # the CRT refuses less
+MAX_BACKOFF_S = 10  # a cancelled request still sits out its backoff before it reports
+SHUTDOWN_WAIT = 15.0  # seconds for cancelled requests to report, inside the supervisor's grace
+
+# An S3 error body is XML; only its Code and Message are kept (never the request it echoes).
+_CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
+_MESSAGE = re.compile(rb"<Message>([^<]{0,512})</Message>")
+# When the body names no code, the status decides, as ``store.classify()`` expects.
+_STATUS_CODES = {403: "AccessDenied", 404: "NoSuchKey", 412: "PreconditionFailed"}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where requests go: the Host header (with the port, if the URL names one; the CRT connects
+    to it), TLS or not, and what every key's path starts with ("/bucket" or "/prefix/bucket"
+    for path-style addressing, "" for a virtual-hosted bucket)."""
+
+    host: str
+    tls: bool
+    base_path: str
+
+    def path(self, key: str) -> str:
+        return f"{self.base_path}/{quote(key, safe='/~')}"  # botocore quotes keys the same way
+
+
+def endpoint_for(bucket: str, endpoint_url: str | None, resolved_url: str) -> Endpoint:
+    """``endpoint_url`` (any S3-compatible store, path-style) or, when it is None, the URL
+    botocore resolved for the region (AWS: virtual-hosted when the bucket name allows it)."""
+    url = urlsplit(endpoint_url or resolved_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ConfigError(f"source.endpoint_url: {url.geturl()!r} is not an http(s) URL")
+    try:
+        url.port  # noqa: B018 -- raises ValueError on a bad port
+    except ValueError:
+        raise ConfigError(f"source.endpoint_url: {url.geturl()!r} has an invalid port") from None
+    host = url.netloc.rpartition("@")[2]  # keeps [v6] brackets and :port
+    prefix = url.path.rstrip("/")
+    aws = endpoint_url is None and url.hostname.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+    if aws and "." not in bucket and not prefix:
+        return Endpoint(f"{bucket}.{host}", url.scheme == "https", "")
+    return Endpoint(host, url.scheme == "https", f"{prefix}/{bucket}")
+
+
+@dataclass
+class _Fetch:
+    """One object's meta request, kept referenced until the CRT reports it done."""
+
+    job: Job
+    slots: int
+    request: Any = None
+    received: int = 0  # body bytes written
+    hashed: int = 0  # body bytes fed to job.md5; the running hash stops at the first gap
+
+
+class CrtTransfer:
+    """GET_OBJECT meta requests on one ``awscrt.s3.S3Client``. ``done(job)`` is called once per
+    job, from a thread of this transfer, with ``job.error`` set if the object was not fetched."""
+
+    def __init__(self, config: Config, done: Done) -> None:
+        src, dl = config.source, config.download
+        self._done = done
+        self._bucket = src.bucket
+        self._part_size = dl.part_size
+        self._concurrency = dl.concurrency
+        self._slots = threading.Semaphore(dl.concurrency)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._active: dict[int, _Fetch] = {}
+        # Verification and done() run here, never on a CRT event-loop thread.
+        self._finisher = ThreadPoolExecutor(1, thread_name_prefix="crt-done")
+        # botocore resolves region and credentials as the classic backend does (source.profile,
+        # env, config files, SSO, instance roles) and refreshes temporary credentials; the CRT
+        # asks for them through a delegate on every signing. They are never logged.
+        session = botocore.session.Session(profile=src.profile)
+        region = src.region or session.get_config_variable("region") or DEFAULT_REGION
+        self._credentials = session.get_credentials()
+        resolved = "" if src.endpoint_url else _resolved_url(session, region)
+        self._endpoint = endpoint_for(self._bucket, src.endpoint_url, resolved)
+        provider = awscrt.auth.AwsCredentialsProvider.new_delegate(self._crt_credentials)
+        self._client = awscrt.s3.S3Client(
+            region=region,
+            signing_config=awscrt.s3.create_default_s3_signing_config(
+                region=region, credential_provider=provider
+            ),
+            tls_mode=(
+                awscrt.s3.S3RequestTlsMode.ENABLED
+                if self._endpoint.tls
+                else awscrt.s3.S3RequestTlsMode.DISABLED
+            ),
+            tls_connection_options=_tls_options(session) if self._endpoint.tls else None,
+            part_size=dl.part_size,
+            memory_limit=max(MIN_MEMORY_LIMIT, 2 * dl.concurrency * dl.part_size),
+            max_active_connections_override=dl.concurrency,
+            retry_config=_retry_config(dl.retries),
+            connect_timeout_ms=CONNECT_TIMEOUT_MS,
+        )
+
+    def prepare(self, job: Job) -> None:
+        """Create the temp file of ``job`` (main thread)."""
+        size = job.obj.size
+        job.ranges = []  # the CRT plans the parts itself
+        job.next_part = 0  # here: concurrency slots taken so far
+        job.parts_left = 1
+        job.error = None
+        job.retries = 0  # the CRT does not report its retries to Python
+        job.md5 = hashlib.md5(usedforsecurity=False) if is_plain_md5(job.obj.etag) else None
+        job.fd = create_exclusive(job.tmp, readable=True)  # read back if the hash had a gap
+        if size:
+            os.ftruncate(job.fd, size)
+
+    def submit_parts(self, job: Job, timeout: float) -> bool:
+        """Take ``job``'s slots as they free up, then start it; True once it is started."""
+        need = self._slots_needed(job)
+        if job.next_part > need:
+            return True  # already started
+        while job.next_part < need and self._slots.acquire(timeout=timeout):
+            job.next_part += 1
+            timeout = 0
+        if job.next_part < need:
+            return False
+        job.next_part = need + 1
+        self._start(_Fetch(job, need))
+        return True
+
+    def shutdown(self) -> None:
+        """Cancel what is in flight, wait for every job's done(), stop the finisher thread."""
+        with self._lock:
+            requests = [f.request for f in self._active.values() if f.request is not None]
+        for request in requests:
+            request.cancel()
+        with self._idle:
+            if not self._idle.wait_for(lambda: not self._active, timeout=SHUTDOWN_WAIT):
+                log.warning(
+                    "%d downloads still running after %.0fs", len(self._active), SHUTDOWN_WAIT
+                )
+        self._finisher.shutdown(wait=True)
+
+    # --- main thread --------------------------------------------------------------------------
+
+    def _slots_needed(self, job: Job) -> int:
+        parts = -(-job.obj.size // self._part_size)
+        return max(1, min(self._concurrency, parts))
+
+    def _start(self, fetch: _Fetch) -> None:
+        job = fetch.job
+        with self._lock:
+            self._active[id(job)] = fetch
+        if self._credentials is None:  # what botocore raises per request in the classic backend
+            job.error = botocore.exceptions.NoCredentialsError()
+            self._finisher.submit(self._finish, fetch)
+            return
+        headers = awscrt.http.HttpHeaders([("Host", self._endpoint.host)])
+        if job.obj.etag:
+            headers.add("If-Match", f'"{job.obj.etag}"')
+        try:
+            fetch.request = self._client.make_request(
+                type=awscrt.s3.S3RequestType.GET_OBJECT,
+                request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
+                max_active_connections_override=fetch.slots,
+                on_body=functools.partial(self._on_body, fetch),
+                on_done=functools.partial(self._on_done, fetch),
+            )
+        except Exception as exc:  # carried to the caller in job.error
+            job.error = exc
+            self._finisher.submit(self._finish, fetch)
+
+    # --- CRT event-loop threads ---------------------------------------------------------------
+
+    def _crt_credentials(self) -> Any:
+        assert self._credentials is not None
+        frozen = self._credentials.get_frozen_credentials()
+        return awscrt.auth.AwsCredentials(frozen.access_key, frozen.secret_key, frozen.token)
+
+    def _on_body(self, fetch: _Fetch, *, chunk: Any, offset: int, **_: Any) -> None:
+        job = fetch.job
+        data = memoryview(chunk)
+        _pwrite_all(job.fd, data, offset)
+        with job.lock:
+            fetch.received += len(data)
+            if job.md5 is None:
+                return
+            if offset == fetch.hashed:
+                job.md5.update(data)
+                fetch.hashed += len(data)
+            else:
+                job.md5 = None  # out of order: verify_download reads the file back
+
+    def _on_done(
+        self,
+        fetch: _Fetch,
+        *,
+        error: BaseException | None,
+        status_code: int | None = None,
+        error_body: bytes | None = None,
+        **_: Any,
+    ) -> None:
+        job = fetch.job
+        if error is not None:
+            job.error = store_error(error, status_code, error_body)
+        elif fetch.received != job.obj.size:
+            job.error = IntegrityError(f"body ended after {fetch.received} of {job.obj.size} bytes")
+        try:
+            self._finisher.submit(self._finish, fetch)
+        except RuntimeError:  # shut down after waiting too long for this request
+            self._finish(fetch)
+
+    # --- finisher thread ----------------------------------------------------------------------
+
+    def _finish(self, fetch: _Fetch) -> None:
+        job = fetch.job
+        try:
+            if job.error is None:
+                verify_download(job)
+        except BaseException as exc:
+            job.error = exc
+        finally:
+            os.close(job.fd)
+            job.fd = -1
+            self._slots.release(fetch.slots)
+            try:
+                self._done(job)
+            finally:
+                with self._idle:
+                    self._active.pop(id(job), None)
+                    self._idle.notify_all()
+
+
+def store_error(error: BaseException, status: int | None, body: bytes | None) -> BaseException:
+    """A CRT failure as the error the classic backend would have raised, so
+    ``store.classify()`` and ``store.describe()`` treat both backends alike."""
+    if isinstance(error, awscrt.s3.S3ResponseError) and status:
+        code = _CODE.search(body or b"")
+        message = _MESSAGE.search(body or b"")
+        response: Any = {  # the subset of botocore's parsed error that store.py reads
+            "Error": {
+                "Code": _text(code) if code else _STATUS_CODES.get(status, str(status)),
+                "Message": _text(message) if message else "",
+            },
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        }
+        return botocore.exceptions.ClientError(response, "GetObject")
+    if isinstance(error, awscrt.exceptions.AwsCrtError) and error.name.startswith(
+        "AWS_AUTH_CREDENTIALS_PROVIDER"
+    ):
+        return botocore.exceptions.NoCredentialsError()
+    return error
+
+
+def _text(match: re.Match[bytes]) -> str:
+    return match.group(1).decode("utf-8", "replace")
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data = data[written:]
+        offset += written
+
+
+def _resolved_url(session: botocore.session.Session, region: str) -> str:
+    """The S3 endpoint botocore would use for ``region`` (partitions, AWS_ENDPOINT_URL...)."""
+    client = session.create_client("s3", region_name=region)
+    try:
+        return str(client.meta.endpoint_url)
+    finally:
+        client.close()
+
+
+def _tls_options(session: botocore.session.Session) -> Any:
+    """Default TLS, trusting the CA bundle botocore would (AWS_CA_BUNDLE, ca_bundle) if set."""
+    bundle = session.get_config_variable("ca_bundle")
+    if not bundle:
+        return None
+    options = awscrt.io.TlsContextOptions()
+    options.override_default_trust_store_from_path(ca_filepath=str(bundle))
+    return awscrt.io.ClientTlsContext(options).new_connection_options()
+
+
+def _retry_config(retries: int) -> Any:
+    if retries == 0:  # max_retries=0 would mean "the CRT default" (5)
+        return awscrt.s3.S3RetryConfig(retry_mode=awscrt.s3.S3RetryMode.NONE)
+    return awscrt.s3.S3RetryConfig(max_retries=retries, max_backoff_secs=MAX_BACKOFF_S)

@@ -1,0 +1,70 @@
+# shellcheck shell=bash
+# Sourced by scripts/demo.sh and scripts/test.sh: make sure .venv exists and has this checkout
+# installed (editable) with the extras dev, tf and crt.
+#
+# Re-runs are fast: after a successful install the hash of pyproject.toml, the extras, the
+# checkout's path and the Python version is stamped into .venv/.installed, and pip runs again
+# only when that hash changes or prefetchd no longer resolves to this checkout.
+#
+# Afterwards: ROOT (the checkout), VENV, PY (the venv's python), .venv/bin first on PATH, and
+# say() to print a step header. Honours PYTHON (the interpreter that creates the venv,
+# default python3) and PREFETCHD_VENV (default $ROOT/.venv).
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${PREFETCHD_VENV:-$ROOT/.venv}"
+PY="$VENV/bin/python"
+EXTRAS="dev,tf,crt"
+
+say() {
+    printf '\n==> %s\n' "$*"
+}
+
+_venv_stamp() {
+    {
+        cat "$ROOT/pyproject.toml"
+        printf 'extras=%s\nroot=%s\n' "$EXTRAS" "$ROOT"
+        "$PY" -c 'import sys; print(sys.version)'
+    } | sha256sum | cut -d' ' -f1
+}
+
+# True if `import prefetchd` in the venv finds this checkout (without importing it).
+_venv_has_checkout() {
+    "$PY" - "$ROOT/" <<'EOF'
+import importlib.util
+import sys
+
+spec = importlib.util.find_spec("prefetchd")
+sys.exit(0 if spec and spec.origin and spec.origin.startswith(sys.argv[1]) else 1)
+EOF
+}
+
+if ! "$PY" -c 'pass' 2>/dev/null; then
+    _venv_python="${PYTHON:-python3}"
+    if ! "$_venv_python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+        echo "error: prefetchd needs Python >= 3.10 as '$_venv_python' (set PYTHON=...)" >&2
+        exit 1
+    fi
+    say "creating the virtualenv $VENV"
+    if ! "$_venv_python" -m venv --clear "$VENV"; then
+        echo "error: '$_venv_python -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)" >&2
+        exit 1
+    fi
+fi
+
+_venv_want="$(_venv_stamp)"
+_venv_have=""
+if [ -f "$VENV/.installed" ]; then
+    _venv_have="$(cat "$VENV/.installed")"
+fi
+if [ "$_venv_want" != "$_venv_have" ] || ! _venv_has_checkout; then
+    say "installing prefetchd[$EXTRAS] into $VENV (first run: several minutes)"
+    rm -f "$VENV/.installed"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off -e "${ROOT}[${EXTRAS}]"
+    printf '%s\n' "$_venv_want" >"$VENV/.installed"
+else
+    echo "using $VENV (prefetchd[$EXTRAS] already installed for this pyproject.toml)"
+fi
+
+export VIRTUAL_ENV="$VENV"
+export PATH="$VENV/bin:$PATH"
+unset _venv_python _venv_want _venv_have

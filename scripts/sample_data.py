@@ -1,0 +1,359 @@
+"""Seeded synthetic datasets in an S3 bucket, with ids to check exactly-once delivery.
+
+Two kinds, matching prefetchd's formats:
+
+- ``tfrecord``: each object is a TFRecord file; each record is a ``tf.train.Example`` with
+  ``id`` (int64, unique across the dataset) and ``payload`` (random, incompressible bytes).
+  Encoded without TensorFlow (``prefetchd.example`` and ``prefetchd.tfrecord``).
+- ``raw``: each object is random bytes; prefetchd turns it into one Example whose ``key`` is
+  the object key, so the keys are the sample ids.
+
+The same seed and arguments always produce the same keys and bytes. Object sizes are drawn
+log-uniformly between the minimum and maximum, so small and large objects are both common.
+
+Command line (creates the bucket if missing)::
+
+    python scripts/sample_data.py --endpoint http://127.0.0.1:PORT --bucket B --prefix train/ \
+        --kind tfrecord --objects 64 --min-size 1KiB --max-size 4MiB --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+from prefetchd.example import encode_example
+from prefetchd.sizes import format_size, parse_size
+from prefetchd.tfrecord import frame, read_records
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+Kind = Literal["tfrecord", "raw"]
+KINDS: tuple[Kind, ...] = ("tfrecord", "raw")
+
+MIN_PAYLOAD = 64  # so the demo's "first 64 bytes" model input is always real data
+MAX_RECORDS_PER_OBJECT = 64
+UPLOAD_THREADS = 4
+
+
+class Dataset(TypedDict):
+    """What ``upload_dataset`` put in the bucket: everything a test needs to check delivery."""
+
+    kind: Kind
+    bucket: str
+    prefix: str
+    keys: list[str]  # every object key, in upload order (raw: these are the samples' ids)
+    sizes: dict[str, int]  # key -> object size in bytes
+    sha256: dict[str, str]  # key -> hex digest of the object's bytes
+    ids: list[int]  # tfrecord: every record id, each unique; raw: empty
+    records: int  # records one epoch delivers (tfrecord: len(ids); raw: len(keys))
+    bytes: int  # total object bytes
+
+
+# --- pure: sizes and encoding ----------------------------------------------------------------
+
+
+def object_sizes(count: int, min_size: int, max_size: int, seed: int) -> list[int]:
+    """``count`` sizes, log-uniform in ``[min_size, max_size]``, determined by ``seed``."""
+    if not 0 < min_size <= max_size:
+        raise ValueError(f"need 0 < min_size <= max_size, got {min_size} and {max_size}")
+    rng = random.Random(f"sizes/{seed}")
+    lo, hi = math.log(min_size), math.log(max_size)
+    return [
+        min(max_size, max(min_size, round(math.exp(rng.uniform(lo, hi))))) for _ in range(count)
+    ]
+
+
+def record(record_id: int, payload: bytes) -> bytes:
+    """One framed TFRecord holding the Example ``{id: record_id, payload: payload}``."""
+    return frame(encode_example({"id": record_id, "payload": payload}))
+
+
+def record_overhead(record_id: int, payload_size: int) -> int:
+    """Bytes a framed record adds around its payload (Example fields, varints, TFRecord frame)."""
+    return len(record(record_id, bytes(payload_size))) - payload_size
+
+
+def plan_records(object_size: int, max_id: int) -> tuple[int, int]:
+    """``(count, payload_size)`` so ``count`` records of that payload land near ``object_size``.
+
+    Objects get between 1 and ``MAX_RECORDS_PER_OBJECT`` records with payloads of at least
+    ``MIN_PAYLOAD`` bytes: small objects hold a few small records, large ones many large ones.
+    ``max_id`` (the largest id the object may hold) sizes the varint of the id field. The
+    object comes out within a few bytes per record of ``object_size``, or larger if that is
+    below one minimal record.
+    """
+    smallest = MIN_PAYLOAD + record_overhead(max_id, MIN_PAYLOAD)
+    count = max(1, min(MAX_RECORDS_PER_OBJECT, object_size // smallest))
+    share = object_size // count
+    payload = share - record_overhead(max_id, share)
+    return count, max(MIN_PAYLOAD, payload)
+
+
+def tfrecord_object(ids: Sequence[int], record_size: int, rng: random.Random) -> bytes:
+    """A TFRecord file with one record per id, each with ``record_size`` random payload bytes."""
+    return b"".join(record(i, rng.randbytes(record_size)) for i in ids)
+
+
+def raw_object(size: int, rng: random.Random) -> bytes:
+    return rng.randbytes(size)
+
+
+def object_key(prefix: str, kind: Kind, index: int) -> str:
+    suffix = ".tfrecord" if kind == "tfrecord" else ".bin"
+    return f"{prefix}{index:06d}{suffix}"
+
+
+def normalize_prefix(prefix: str) -> str:
+    """``"train"`` and ``"/train/"`` -> ``"train/"``; ``""`` stays (the bucket's root)."""
+    prefix = prefix.strip("/")
+    return prefix + "/" if prefix else ""
+
+
+def generate(
+    prefix: str, *, kind: Kind, sizes: Sequence[int], seed: int, first_id: int = 0
+) -> Iterator[tuple[str, bytes, list[int]]]:
+    """Yield ``(key, body, record_ids)`` for each object, deterministically from ``seed``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    prefix = normalize_prefix(prefix)
+    next_id = first_id
+    for index, size in enumerate(sizes):
+        rng = random.Random(f"object/{seed}/{index}")
+        key = object_key(prefix, kind, index)
+        if kind == "raw":
+            yield key, raw_object(size, rng), []
+            continue
+        count, payload = plan_records(size, next_id + MAX_RECORDS_PER_OBJECT)
+        ids = list(range(next_id, next_id + count))
+        next_id += count
+        yield key, tfrecord_object(ids, payload, rng), ids
+
+
+# --- reading back without TensorFlow -------------------------------------------------------
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, int, bytes | int]]:
+    """``(field_number, wire_type, value)`` of a protobuf message (varint and bytes only)."""
+    pos = 0
+    while pos < len(buf):
+        tag, pos = _read_varint(buf, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _read_varint(buf, pos)
+            yield number, wire, value
+        elif wire == 2:
+            length, pos = _read_varint(buf, pos)
+            yield number, wire, buf[pos : pos + length]
+            pos += length
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+
+
+def _int64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def decode_example(data: bytes) -> dict[str, bytes | int]:
+    """The single-valued bytes/int64 features of a serialized ``tf.train.Example``."""
+    out: dict[str, bytes | int] = {}
+    for _, _, features in _fields(data):
+        assert isinstance(features, bytes)
+        for _, _, entry in _fields(features):
+            assert isinstance(entry, bytes)
+            name, feature = b"", b""
+            for number, _, value in _fields(entry):
+                assert isinstance(value, bytes)
+                if number == 1:
+                    name = value
+                else:
+                    feature = value
+            out[name.decode()] = _feature_value(feature)
+    return out
+
+
+def _feature_value(feature: bytes) -> bytes | int:
+    for kind, _, lst in _fields(feature):
+        assert isinstance(lst, bytes)
+        for _, wire, value in _fields(lst):
+            if kind == 1 and isinstance(value, bytes):
+                return value
+            if kind == 3 and wire == 0 and isinstance(value, int):
+                return _int64(value)
+            if kind == 3 and isinstance(value, bytes):  # packed
+                return _int64(_read_varint(value, 0)[0])
+    raise ValueError("empty or unsupported feature")
+
+
+def read_ids(path: str | os.PathLike[str]) -> list[int]:
+    """The ``id`` of every record of a (non-compressed) TFRecord file, CRCs checked."""
+    with open(path, "rb") as f:
+        return [int(decode_example(r)["id"]) for r in read_records(f)]
+
+
+# --- S3 ------------------------------------------------------------------------------------
+
+
+def make_client(endpoint_url: str | None, region: str | None = None) -> S3Client:
+    """A boto3 S3 client for ``endpoint_url`` (path-style addressing, credentials from the env)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard"}),
+    )
+
+
+def ensure_bucket(client: S3Client, bucket: str) -> None:
+    """Create ``bucket`` unless it exists."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.head_bucket(Bucket=bucket)
+        return
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
+            raise
+    region = client.meta.region_name
+    if region and region != "us-east-1":
+        client.create_bucket(
+            Bucket=bucket,
+            CreateBucketConfiguration={"LocationConstraint": region},  # type: ignore[typeddict-item]
+        )
+    else:
+        client.create_bucket(Bucket=bucket)
+
+
+def upload_dataset(
+    client: S3Client,
+    bucket: str,
+    prefix: str,
+    *,
+    kind: Kind,
+    sizes: Sequence[int],
+    seed: int,
+    first_id: int = 0,
+) -> Dataset:
+    """Generate one object per entry of ``sizes`` (bytes) and put them under ``prefix``.
+
+    Returns what was uploaded (keys, sizes, digests, record ids). tfrecord ids run from
+    ``first_id`` upwards, so two datasets with disjoint id ranges can share a bucket.
+    """
+    dataset: Dataset = {
+        "kind": kind,
+        "bucket": bucket,
+        "prefix": normalize_prefix(prefix),
+        "keys": [],
+        "sizes": {},
+        "sha256": {},
+        "ids": [],
+        "records": 0,
+        "bytes": 0,
+    }
+
+    def put(item: tuple[str, bytes, list[int]]) -> None:
+        key, body, _ = item
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+
+    # Generation stays in this thread (deterministic, CPU-bound); a few threads overlap the
+    # puts. The executor's map is lazy only in results, so bound the bodies held in memory.
+    with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+        pending: list[Any] = []
+        for item in generate(prefix, kind=kind, sizes=sizes, seed=seed, first_id=first_id):
+            key, body, ids = item
+            dataset["keys"].append(key)
+            dataset["sizes"][key] = len(body)
+            dataset["sha256"][key] = hashlib.sha256(body).hexdigest()
+            dataset["ids"].extend(ids)
+            dataset["bytes"] += len(body)
+            pending.append(pool.submit(put, item))
+            if len(pending) >= 2 * UPLOAD_THREADS:
+                pending.pop(0).result()
+        for future in pending:
+            future.result()
+    dataset["records"] = len(dataset["ids"]) if kind == "tfrecord" else len(dataset["keys"])
+    return dataset
+
+
+# --- command line --------------------------------------------------------------------------
+
+
+def _size_arg(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--endpoint", required=True, help="S3 endpoint URL, e.g. http://127.0.0.1:5000"
+    )
+    parser.add_argument("--region", default=None, help="default: $AWS_DEFAULT_REGION or us-east-1")
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--prefix", default="", help="key prefix, e.g. train/")
+    parser.add_argument("--kind", choices=KINDS, default="tfrecord")
+    parser.add_argument("--objects", type=int, default=16, help="number of objects")
+    parser.add_argument("--min-size", type=_size_arg, default=1024, help="e.g. 1KiB")
+    parser.add_argument("--max-size", type=_size_arg, default=4 * 1024**2, help="e.g. 4MiB")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first-id", type=int, default=0, help="first tfrecord record id")
+    parser.add_argument("--summary-json", help="also write the full dataset description here")
+    args = parser.parse_args(argv)
+    if args.objects < 1:
+        parser.error("--objects must be at least 1")
+    if not 0 < args.min_size <= args.max_size:
+        parser.error("need 0 < --min-size <= --max-size")
+
+    client = make_client(args.endpoint, args.region)
+    ensure_bucket(client, args.bucket)
+    sizes = object_sizes(args.objects, args.min_size, args.max_size, args.seed)
+    started = time.monotonic()
+    dataset = upload_dataset(
+        client,
+        args.bucket,
+        args.prefix,
+        kind=args.kind,
+        sizes=sizes,
+        seed=args.seed,
+        first_id=args.first_id,
+    )
+    elapsed = time.monotonic() - started
+    print(
+        f"uploaded {len(dataset['keys'])} {args.kind} objects, {dataset['records']} records, "
+        f"{format_size(dataset['bytes'])} to s3://{args.bucket}/{dataset['prefix']} "
+        f"in {elapsed:.1f} s"
+    )
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(dataset, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

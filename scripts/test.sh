@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every check in one command: set up .venv (scripts/_venv.sh), then ruff check, ruff format
+# --check, mypy and pytest. All steps run even if one fails; the exit status is non-zero if
+# any failed. Extra arguments go to pytest:
+#
+#   scripts/test.sh                 # everything except the soak tests
+#   scripts/test.sh --soak          # also the long fault-injection soak
+#   scripts/test.sh -k consumer -x  # a subset
+set -euo pipefail
+
+# shellcheck source=scripts/_venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+cd "$ROOT"
+
+failed=()
+step() {
+    local name=$1 started=$SECONDS
+    shift
+    say "$name"
+    if "$@"; then
+        echo "--- $name: ok ($((SECONDS - started)) s)"
+    else
+        echo "--- $name: FAILED ($((SECONDS - started)) s)"
+        failed+=("$name")
+    fi
+}
+
+step "ruff check" ruff check .
+step "ruff format --check" ruff format --check .
+step "mypy" mypy
+step "pytest" python -m pytest -q "$@"
+
+echo
+if ((${#failed[@]})); then
+    echo "FAILED: ${failed[*]}" >&2
+    exit 1
+fi
+echo "all checks passed"
