@@ -1,0 +1,201 @@
+"""The benchmark's pure part: medians of interleaved runs, ratios, the issue's bars, the table.
+
+A run is a dict with at least ``network``, ``dataset``, ``loader`` and the metrics below; the
+harness (``scripts/bench.py``) produces them, this module only computes. Nothing here measures
+or imports TensorFlow, so the arithmetic is unit-tested (``tests/unit/test_bench_report.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+LOADERS = ("ceiling", "baseline", "s3fs", "prefetchd", "prefetchd-crt", "floor")
+PREFETCHD = ("prefetchd", "prefetchd-crt")
+METRICS = (
+    "mb_s",
+    "records_s",
+    "trainer_cpu_s_per_gb",
+    "daemon_cpu_s_per_gb",
+    "daemon_rss_peak_mib",
+    "ram_peak_mib",
+    "first_batch_s",
+    "work_ms_median",
+    "step_ms_median",
+)
+# The bars of issue #3.
+BAR_VS_BASELINE = 3.0
+BAR_VS_CEILING = 0.8
+BAR_VS_CEILING_SMALL_LOOPBACK = 0.6
+BAR_CPU_VS_FLOOR = 1.25
+BAR_DAEMON_RSS_MIB = 400.0
+
+Key = tuple[str, str, str]  # (network, dataset, loader)
+
+
+def median_or_none(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    """Median of every metric over the repeats of each (network, dataset, loader)."""
+    groups: dict[Key, list[dict[str, Any]]] = {}
+    for run in runs:
+        if run.get("error"):
+            continue
+        groups.setdefault((run["network"], run["dataset"], run["loader"]), []).append(run)
+    out: dict[Key, dict[str, Any]] = {}
+    for key, group in groups.items():
+        row: dict[str, Any] = {"runs": len(group)}
+        for metric in METRICS:
+            row[metric] = median_or_none(r.get(metric) for r in group)
+        out[key] = row
+    return out
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def ratios(summary: dict[Key, dict[str, Any]]) -> dict[Key, dict[str, float | None]]:
+    """For each prefetchd variant: ÷ ceiling, ÷ baseline (MB/s), trainer CPU/GB ÷ floor, and
+    the GIL measure: Python work time per step ÷ floor's."""
+    out: dict[Key, dict[str, float | None]] = {}
+
+    def get(network: str, dataset: str, name: str, metric: str) -> float | None:
+        found = summary.get((network, dataset, name))
+        return None if found is None else found.get(metric)
+
+    for (network, dataset, loader), row in summary.items():
+        if loader not in PREFETCHD:
+            continue
+        other = functools.partial(get, network, dataset)
+
+        out[(network, dataset, loader)] = {
+            "vs_ceiling": ratio(row["mb_s"], other("ceiling", "mb_s")),
+            "vs_baseline": ratio(row["mb_s"], other("baseline", "mb_s")),
+            "vs_s3fs": ratio(row["mb_s"], other("s3fs", "mb_s")),
+            "cpu_vs_floor": ratio(
+                row["trainer_cpu_s_per_gb"], other("floor", "trainer_cpu_s_per_gb")
+            ),
+            "work_vs_floor": ratio(row["work_ms_median"], other("floor", "work_ms_median")),
+        }
+    return out
+
+
+def bars(
+    summary: dict[Key, dict[str, Any]], rat: dict[Key, dict[str, float | None]]
+) -> list[dict[str, Any]]:
+    """Each bar of the issue that this run measured: what, the value, the bar, met or not."""
+    out: list[dict[str, Any]] = []
+
+    def add(what: str, value: float | None, bar: float, higher_is_better: bool) -> None:
+        if value is None:
+            return
+        met = value >= bar if higher_is_better else value <= bar
+        out.append({"bar": what, "value": value, "limit": bar, "met": met})
+
+    for (network, dataset, loader), r in sorted(rat.items()):
+        tag = f"{network}/{dataset}/{loader}"
+        if network == "shaped":
+            add(f"{tag}: ÷ baseline", r["vs_baseline"], BAR_VS_BASELINE, True)
+            if dataset in ("large", "medium"):
+                add(f"{tag}: ÷ ceiling", r["vs_ceiling"], BAR_VS_CEILING, True)
+        else:
+            limit = BAR_VS_CEILING_SMALL_LOOPBACK if dataset == "small" else BAR_VS_CEILING
+            add(f"{tag}: ÷ ceiling", r["vs_ceiling"], limit, True)
+        add(f"{tag}: trainer CPU/GB ÷ floor", r["cpu_vs_floor"], BAR_CPU_VS_FLOOR, False)
+        rss = summary[(network, dataset, loader)]["daemon_rss_peak_mib"]
+        add(f"{tag}: daemon peak RSS MiB", rss, BAR_DAEMON_RSS_MIB, False)
+    return out
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def table(summary: dict[Key, dict[str, Any]], rat: dict[Key, dict[str, float | None]]) -> str:
+    """A Markdown table (readable on a terminal too): one row per network/dataset/loader."""
+    head = (
+        "| network | dataset | loader | MB/s | rec/s | trainer CPU s/GB | daemon CPU s/GB "
+        "| daemon RSS MiB | RAM disk MiB | 1st batch s | py work ms | step ms "
+        "| ÷ceiling | ÷baseline | CPU÷floor | work÷floor |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    order = {name: i for i, name in enumerate(LOADERS)}
+    keys = sorted(summary, key=lambda k: (k[0], k[1], order.get(k[2], 99)))
+    for key in keys:
+        row = summary[key]
+        r = rat.get(key, {})
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    *key,
+                    _fmt(row["mb_s"], 0),
+                    _fmt(row["records_s"], 0),
+                    _fmt(row["trainer_cpu_s_per_gb"], 2),
+                    _fmt(row["daemon_cpu_s_per_gb"], 2),
+                    _fmt(row["daemon_rss_peak_mib"], 0),
+                    _fmt(row["ram_peak_mib"], 0),
+                    _fmt(row["first_batch_s"], 2),
+                    _fmt(row["work_ms_median"], 2),
+                    _fmt(row["step_ms_median"], 2),
+                    _fmt(r.get("vs_ceiling"), 2),
+                    _fmt(r.get("vs_baseline"), 2),
+                    _fmt(r.get("cpu_vs_floor"), 2),
+                    _fmt(r.get("work_vs_floor"), 2),
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def bars_text(checked: list[dict[str, Any]]) -> str:
+    lines = []
+    for b in checked:
+        sign = "≥" if b["bar"].endswith(("baseline", "ceiling")) else "≤"
+        verdict = "met" if b["met"] else "MISSED"
+        lines.append(f"- {verdict}: {b['bar']} = {b['value']:.2f} (bar {sign} {b['limit']:g})")
+    return "\n".join(lines)
+
+
+def plot(summary: dict[Key, dict[str, Any]], path: str, title: str) -> None:
+    """Bar charts of MB/s and trainer CPU s/GB per dataset, one panel per network."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    networks = sorted({k[0] for k in summary})
+    datasets = [d for d in ("large", "medium", "small") if any(k[1] == d for k in summary)]
+    fig, axes = plt.subplots(2, len(networks), figsize=(6.5 * len(networks), 7.5), squeeze=False)
+    width = 0.8 / len(LOADERS)
+    for col, network in enumerate(networks):
+        for row, (metric, label) in enumerate(
+            (("mb_s", "delivered MB/s"), ("trainer_cpu_s_per_gb", "trainer CPU s/GB"))
+        ):
+            ax = axes[row][col]
+            for i, loader in enumerate(LOADERS):
+                values = [
+                    (summary.get((network, d, loader)) or {}).get(metric) or 0.0 for d in datasets
+                ]
+                xs = [j + (i - len(LOADERS) / 2 + 0.5) * width for j in range(len(datasets))]
+                ax.bar(xs, values, width, label=loader)
+            ax.set_xticks(range(len(datasets)), datasets)
+            ax.set_ylabel(label)
+            ax.set_title(f"{network}: {label}")
+            ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
