@@ -8,12 +8,13 @@
 #
 # Afterwards: ROOT (the checkout), VENV, PY (the venv's python), .venv/bin first on PATH, and
 # say() to print a step header. Honours PYTHON (the interpreter that creates the venv,
-# default python3) and PREFETCHD_VENV (default $ROOT/.venv).
+# default python3), PREFETCHD_VENV (default $ROOT/.venv) and PREFETCHD_EXTRAS (default
+# dev,tf,crt; scripts/bench.sh adds bench, in a venv of its own).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PREFETCHD_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
-EXTRAS="dev,tf,crt"
+EXTRAS="${PREFETCHD_EXTRAS:-dev,tf,crt}"
 
 say() {
     printf '\n==> %s\n' "$*"

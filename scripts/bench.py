@@ -61,7 +61,7 @@ BENCH_PACKAGES = {  # import name -> what to install
 }
 INSTALL_HINT = "pip install -e '.[bench]'   (or scripts/bench.sh, which sets up .venv itself)"
 TRAINER_TIMEOUT = 900.0
-DAEMON_EXIT_TIMEOUT = 60.0
+DAEMON_EXIT_TIMEOUT = 30.0
 
 
 # --- datasets --------------------------------------------------------------------------------
@@ -356,6 +356,7 @@ class Bench:
             sampler = Sampler(daemon.pid if daemon else None, trainer.pid, ram_dir)
             sampler.start()
             result = self._read_result(trainer, run_dir)
+            (run_dir / "result.json").write_text(json.dumps(result))
             trainer.wait(30)
             daemon_cpu = None
             if daemon is not None:
@@ -389,6 +390,7 @@ class Bench:
             "ram_peak_mib": sampler.disk_bytes / MiB if daemon is not None else None,
             "work_ms_median": result.get("work_ms_median"),
             "step_ms_median": result.get("step_ms_median"),
+            "shards_pending_at_exit": result.get("shards_pending_at_exit"),
         }
         return out
 
@@ -505,7 +507,14 @@ def main(argv: list[str] | None = None) -> int:
             with bench_store.namespace(name):
                 cmd = ["ip", "netns", "exec", name, sys.executable, __file__]
                 cmd += [*(argv if argv is not None else sys.argv[1:]), "--in-netns", name]
-                return subprocess.run(cmd, check=False).returncode
+                inner = subprocess.Popen(cmd)
+                try:
+                    return inner.wait()
+                except KeyboardInterrupt:  # let the inner run stop its store and clean up
+                    inner.send_signal(signal.SIGTERM)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        inner.wait(30)  # after that, the namespace's exit kills what is left
+                    return 130
         if network in ("shaped", "both"):
             print(f"bench: --network {network} needs a network namespace: {reason}", sys.stderr)
             return 2

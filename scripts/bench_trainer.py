@@ -227,6 +227,12 @@ def main() -> int:
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)  # TensorFlow's threads can hang an orderly exit after a failed pipeline
+    if spec["loader"] == "prefetchd":
+        from prefetchd.consumer import ShardReleaser
+
+        for releaser in ShardReleaser._instances.values():
+            result["shards_released_before_exit"] = releaser.released
+            result["shards_pending_at_exit"] = releaser.pending()
     print("RESULT " + json.dumps(result), flush=True)
     return 0
 
