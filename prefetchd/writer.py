@@ -4,7 +4,8 @@ Writer ``i`` claims raw objects by renaming ``cache/ready/<obj>`` to ``cache/cla
 keeps up to ``output.mix`` of them open, and writes each next record from a randomly chosen
 open object (seeded per epoch and writer) into the current shard. A shard holds records of one
 epoch only and is published when it reaches ``output.shard_size``, when its epoch has nothing
-left to give, or when no input has arrived for ``IDLE_FLUSH`` seconds.
+left to give, when no input has arrived for ``IDLE_FLUSH`` seconds, or when it is
+``STARVED_FLUSH`` seconds old while no shard is ready for the trainers.
 
 Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced)::
 
@@ -49,6 +50,7 @@ from prefetchd.shards import Interrupted, RamBudget, ShardFile
 log = logging.getLogger(__name__)
 
 IDLE_FLUSH = 0.5  # seconds without input before a partial shard is published
+STARVED_FLUSH = 0.5  # age of a partial shard published early while ready/ is empty
 LISTING_MAX_AGE = 0.5
 JOURNAL_COMPACT_EVERY = 256
 
@@ -94,6 +96,7 @@ class Writer:
         self.listing: list[str] = []
         self.listed_at = 0.0
         self.last_input = time.monotonic()
+        self.shard_checked = 0.0  # when _trainers_starved last looked (or the shard opened)
         self.counters = ctx.counters
         self.counters.update(
             records_written=0,
@@ -180,9 +183,25 @@ class Writer:
             shard = self._shard_for(obj.epoch)
             shard.write_record(record)
             obj.taken += 1
-            if shard.size >= self.config.output.shard_size:
+            if shard.size >= self.config.output.shard_size or self._trainers_starved():
                 self._publish()
             self._report()
+
+    def _trainers_starved(self) -> bool:
+        """True when the current shard is STARVED_FLUSH old and no shard is ready for trainers.
+
+        Input that trickles in (slow store, small objects) would otherwise fill a shard of
+        ``shard_size`` for a long time while trainers wait: the time to the first batch was
+        ``shard_size`` / download rate. Checked at most every STARVED_FLUSH seconds."""
+        now = time.monotonic()
+        if now - self.shard_checked < STARVED_FLUSH:
+            return False
+        self.shard_checked = now
+        try:
+            with os.scandir(self.layout.ram_ready) as entries:
+                return next(entries, None) is None
+        except FileNotFoundError:
+            return False
 
     def _refill(self) -> None:
         while len(self.open) < self.config.output.mix:
@@ -278,6 +297,7 @@ class Writer:
             self.counters["epoch"] = epoch
             name = shard_name(epoch, self.index, self.commit.counter)
             self.shard = ShardFile(self.layout, name, self.budget)
+            self.shard_checked = time.monotonic()
         return self.shard
 
     def _drained(self, obj: OpenObject) -> None:

@@ -203,6 +203,7 @@ class Bench:
     ram: Path  # temp dir on tmpfs
     env: dict[str, str] = field(default_factory=dict)
     logs: Path = Path("bench-logs")  # logs of failed runs are kept here
+    cache_root: Path = Path("/dev/shm")  # where download.cache_dir goes (--cache-dir)
 
     def daemon_config(self, ds: Uploaded, client: str, run_dir: Path, **overrides: Any) -> Path:
         import yaml
@@ -216,7 +217,7 @@ class Bench:
             },
             "epochs": {"count": 1, "shuffle": True, "seed": 0},
             "download": {
-                "cache_dir": str(run_dir / "cache"),
+                "cache_dir": str(self.cache_root / run_dir.name),
                 "window": "2GiB",
                 "concurrency": 32,
                 "part_size": "8MiB",
@@ -300,6 +301,7 @@ class Bench:
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
             shutil.rmtree(self.ram / run_dir.name, ignore_errors=True)
+            shutil.rmtree(self.cache_root / run_dir.name, ignore_errors=True)
 
     def _run_trainer(
         self,
@@ -332,6 +334,7 @@ class Bench:
             stdout=subprocess.PIPE,
             stderr=open(run_dir / "trainer.log", "wb"),  # noqa: SIM115
             env=self.env,
+            cwd=ROOT,
             text=True,
         )
         daemon: subprocess.Popen[bytes] | None = None
@@ -348,6 +351,7 @@ class Bench:
                     stdout=subprocess.DEVNULL,
                     stderr=open(run_dir / "daemon.log", "wb"),  # noqa: SIM115
                     env=self.env,
+                    cwd=ROOT,
                     start_new_session=True,
                 )
             trainer.stdin.write("go\n")
@@ -540,6 +544,7 @@ def run_bench(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="prefetchd-bench-"))
     ram = Path(tempfile.mkdtemp(prefix="prefetchd-bench-", dir="/dev/shm"))
     store = None
+    cache_root: Path | None = None
     runs: list[dict[str, Any]] = []
     meta: dict[str, Any] = {
         "command": "scripts/bench.py " + " ".join(args.argv),
@@ -554,7 +559,9 @@ def run_bench(args: argparse.Namespace) -> int:
         env = bench_env(f"http://{bench_store.HOST}:{port}")
         os.environ.update(env)  # the store's probe and the uploads use the same credentials
         store = bench_store.start_store(args.store, port)
-        bench = Bench(args, store.endpoint, work, ram, env, out / "failed-runs")
+        cache_root = Path(tempfile.mkdtemp(prefix="cache-", dir=args.cache_dir or ram))
+        bench = Bench(args, store.endpoint, work, ram, env, out / "failed-runs", cache_root)
+        meta["cache_dir"] = "tmpfs" if args.cache_dir is None else args.cache_dir
         datasets: dict[str, Uploaded] = {}
         for spec in dataset_specs(args):
             t0 = time.monotonic()
@@ -570,6 +577,7 @@ def run_bench(args: argparse.Namespace) -> int:
         }
         if args.sweep:
             return run_sweep(args, bench, datasets, out, meta)
+        meta["networks"] = phases(args)
         for network in phases(args):
             if network == "shaped":
                 bench_store.shape(store.port, args.rate_mbit)
@@ -577,13 +585,17 @@ def run_bench(args: argparse.Namespace) -> int:
                 bench_store.unshape()
             runs += run_phase(args, bench, datasets, network, out, meta, runs)
     except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+        log("interrupted: reporting the runs that finished")
+        meta["interrupted"] = True
     finally:
         if store is not None:
             store.stop()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(ram, ignore_errors=True)
+        if cache_root is not None:
+            shutil.rmtree(cache_root, ignore_errors=True)
+    if not runs:
+        return 130
     return report(runs, meta, out)
 
 
@@ -670,7 +682,7 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
         bars=checked,
     )
     text = bench_report.table(summary, rat)
-    (out / "table.md").write_text(text + "\n\n" + bench_report.bars_text(checked) + "\n")
+    (out / "results.md").write_text(bench_report.markdown(meta, text, checked) + "\n")
     title = (
         f"prefetchd bench, {meta['store']}, {meta['machine']['cores']} cores, "
         f"load {meta['load_at_start'][0]:.2f}→{meta['load_at_end'][0]:.2f}"
@@ -685,7 +697,7 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
     print(
         f"\n{len(runs) - len(failed)} runs ok, {len(failed)} failed; load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; results in {out}/"
-        "results.json, table.md, plot.png"
+        "results.json, results.md, plot.png"
     )
     return 1 if failed else 0
 
@@ -739,6 +751,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--large-objects", type=int, default=None, help="64 MiB each (default 16)")
     p.add_argument("--medium-objects", type=int, default=None, help="1-8 MiB (default 150)")
     p.add_argument("--small-objects", type=int, default=None, help="100-200 KiB (default 2000)")
+    p.add_argument(
+        "--cache-dir",
+        help="parent of prefetchd's download.cache_dir (default: tmpfs, where the ceiling "
+        "writes too; a slow disk caps small objects at its file-create rate)",
+    )
     p.add_argument("--batch", type=int, default=32, help="records per batch")
     p.add_argument(
         "--gil-work", type=int, default=20000, help="Python loop iterations per step (0: off)"

@@ -199,3 +199,32 @@ def plot(summary: dict[Key, dict[str, Any]], path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def markdown(meta: dict[str, Any], table_text: str, bars_list: list[dict[str, Any]]) -> str:
+    """The results section of docs/benchmarks.md: machine, versions, command, load, table."""
+    m = meta["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()))
+    load0 = " ".join(f"{x:.2f}" for x in meta["load_at_start"])
+    load1 = " ".join(f"{x:.2f}" for x in meta.get("load_at_end", meta["load_at_start"]))
+    sizes = ", ".join(
+        f"{name}: {d['objects']} objects, {d['bytes'] / 2**20:.0f} MiB, {d['records']} records"
+        for name, d in meta.get("datasets", {}).items()
+    )
+    return "\n".join(
+        [
+            f"- **When**: {meta['started']}; load average (1/5/15 min) {load0} at the start, "
+            f"{load1} at the end",
+            f"- **Machine**: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, "
+            f"Linux {m['kernel']}, Python {m['python']}",
+            f"- **Versions**: {versions}",
+            f"- **Store**: {meta['store']} on 127.0.0.1; networks: {', '.join(meta['networks'])}"
+            f" (shaped = {meta['rate_mbit']} Mbit/s per connection)",
+            f"- **Datasets**: {sizes}",
+            f"- **Command**: `{meta['command']}`",
+            "",
+            table_text,
+            "",
+            bars_text(bars_list),
+        ]
+    )

@@ -164,7 +164,9 @@ def _wait_for_bucket_api(endpoint: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         try:
-            client.create_bucket(Bucket="bench-probe")
+            # An earlier attempt may have got through after all.
+            with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+                client.create_bucket(Bucket="bench-probe")
             client.put_object(Bucket="bench-probe", Key="probe", Body=b"x")
             client.delete_object(Bucket="bench-probe", Key="probe")
             client.delete_bucket(Bucket="bench-probe")
