@@ -43,7 +43,7 @@ from prefetchd.layout import (
     shard_name,
     write_atomic,
 )
-from prefetchd.order import mixing_rng
+from prefetchd.order import mixing_rng, object_rng, shuffled_records
 from prefetchd.shards import Interrupted, RamBudget, ShardFile
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 IDLE_FLUSH = 0.5  # seconds without input before a partial shard is published
 LISTING_MAX_AGE = 0.5
 JOURNAL_COMPACT_EVERY = 256
+# With epochs.shuffle, each open object's records pass through a seeded shuffle buffer; the
+# buffers of all open objects together hold at most this much (or 256 KiB per object).
+SHUFFLE_BYTES = 32 * 1024 * 1024
+SHUFFLE_RECORDS = 65536
 
 
 @dataclass
@@ -261,6 +265,13 @@ class Writer:
         except (OSError, ValueError, KeyError):
             key = f"<unknown key of {name}>"
         records = self.format.records(key, str(path))
+        if self.config.epochs.shuffle:
+            records = shuffled_records(
+                records,
+                object_rng(self.config.epochs.seed, parsed[0], key),
+                max_records=SHUFFLE_RECORDS,
+                max_bytes=max(256 * 1024, SHUFFLE_BYTES // self.config.output.mix),
+            )
         obj = OpenObject(name, key, parsed[0], path, records)
         for _ in range(resume_at):
             if next(records, None) is None:
@@ -276,8 +287,9 @@ class Writer:
                 self.rng = mixing_rng(self.config.epochs.seed, epoch, self.index)
             self.shard_epoch = epoch
             self.counters["epoch"] = epoch
-            name = shard_name(epoch, self.index, self.commit.counter)
-            self.shard = ShardFile(self.layout, name, self.budget)
+            gzip = self.config.output.compression == "gzip"
+            name = shard_name(epoch, self.index, self.commit.counter, gzip=gzip)
+            self.shard = ShardFile(self.layout, name, self.budget, gzip=gzip)
         return self.shard
 
     def _drained(self, obj: OpenObject) -> None:

@@ -5,6 +5,10 @@ payload of one output TFRecord. A format must yield the same records in the same
 time it reads the same file (crash recovery resumes an object by counting records), and signal
 bad input by raising ``CorruptObject`` (or any exception, for user plugins) so that the object
 is quarantined and the epoch goes on.
+
+Built-in formats read ``.gz`` and ``.zst`` objects decompressed (``compressed.open_object``);
+a user plugin gets the path of the object as downloaded and may call ``open_object(key, path)``
+itself to get the same decompressed stream.
 """
 
 from __future__ import annotations
@@ -14,8 +18,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from prefetchd.errors import ConfigError, CorruptObject
+from prefetchd.formats.compressed import open_object
+from prefetchd.formats.lines import LinesFormat
 from prefetchd.formats.raw import RawFormat
+from prefetchd.formats.tar import TarFormat
 from prefetchd.formats.tfrecord import TFRecordFormat
+
+__all__ = ["Format", "PluginFormat", "get_format", "open_object"]
 
 
 class Format(Protocol):
@@ -41,7 +50,12 @@ class PluginFormat:
             raise CorruptObject(key, f"{self.spec} raised {type(exc).__name__}: {exc}") from exc
 
 
-_BUILTIN: dict[str, Callable[[], Format]] = {"tfrecord": TFRecordFormat, "raw": RawFormat}
+_BUILTIN: dict[str, Callable[[], Format]] = {
+    "tfrecord": TFRecordFormat,
+    "raw": RawFormat,
+    "lines": LinesFormat,
+    "tar": TarFormat,
+}
 
 
 def get_format(spec: str) -> Format:

@@ -1,18 +1,21 @@
-"""``tfrecord``: every record of every input TFRecord file, CRC checked, passed through as is."""
+"""``tfrecord``: every record of every input TFRecord file, CRC checked, passed through as is.
+
+``.gz`` objects are GZIP TFRecord files (what ``TFRecordWriter`` writes with
+``compression_type="GZIP"``); ``.zst`` objects are zstd-compressed TFRecord files.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from prefetchd.errors import CorruptObject
+from prefetchd.formats.compressed import open_object
 from prefetchd.tfrecord import FramingError, read_records
-
-_BUFFER = 1024 * 1024
 
 
 class TFRecordFormat:
     def records(self, key: str, path: str) -> Iterator[bytes]:
-        with open(path, "rb", buffering=_BUFFER) as stream:
+        with open_object(key, path) as stream:
             try:
                 yield from read_records(stream)
             except FramingError as exc:
