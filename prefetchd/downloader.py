@@ -35,7 +35,8 @@ from prefetchd.layout import (
     parse_object_name,
     write_atomic,
 )
-from prefetchd.order import SourceObject, epoch_order
+from prefetchd.order import epoch_permutation
+from prefetchd.share import ShareTable
 from prefetchd.store import Fault, boot_failure, classify, describe, list_share, make_client
 from prefetchd.transfer import IntegrityError, Job, make_transfer
 
@@ -48,7 +49,8 @@ BACKOFF_MAX = 60.0
 @dataclass
 class EpochProgress:
     total: int
-    done: set[str]  # hashes published or skipped
+    logged: set[str]  # hashes a previous run published or skipped (freed once scheduled)
+    done: int  # objects of the share published or skipped
     scheduled: bool = False
 
 
@@ -61,7 +63,7 @@ class Downloader:
         self.results: queue.Queue[Job] = queue.Queue()
         self.retry_queue: list[tuple[float, Job]] = []
         self.epochs: dict[int, EpochProgress] = {}
-        self.share: list[SourceObject] = []
+        self.share = ShareTable()
         self.in_flight = 0
         self.consecutive_faults = 0
         self.paused_until = 0.0
@@ -86,7 +88,9 @@ class Downloader:
     def run(self) -> None:
         client = make_client(self.config, pool=8)
         try:
-            self.share = list(list_share(client, self.config))
+            for obj in list_share(client, self.config):
+                self.share.append(obj)
+            self.share.finish()
         except RuntimeFailure:
             raise
         except Exception as exc:
@@ -98,11 +102,16 @@ class Downloader:
                 f"{self.config.sharding.worker_index} of {self.config.sharding.num_workers}"
             )
         log.info(
-            "%d objects, %.1f MiB in this host's share of %s",
+            "%d objects, %.1f MiB in this host's share of %s (listing held in %.1f MiB)",
             len(self.share),
-            sum(o.size for o in self.share) / 2**20,
+            self.share.total_size() / 2**20,
             self.config.source.url,
+            self.share.nbytes() / 2**20,
         )
+        if self.share.duplicates:
+            log.warning(
+                "%d keys were listed more than once; each is read once", self.share.duplicates
+            )
         self._recover()
         self.transfer = make_transfer(self.config, self.results.put)
         self.ctx.ready = True
@@ -168,23 +177,26 @@ class Downloader:
         count = self.config.epochs.count
         epoch = self._first_epoch()
         while count is None or epoch < count:
-            order = epoch_order(
-                self.share,
+            order = epoch_permutation(
+                len(self.share),
                 seed=self.config.epochs.seed,
                 epoch=epoch,
                 shuffle=self.config.epochs.shuffle,
             )
-            progress = EpochProgress(total=len(order), done=self._read_log(epoch))
+            progress = EpochProgress(total=len(order), logged=self._read_log(epoch), done=0)
             self.epochs[epoch] = progress
             self.counters.update(epoch=epoch, epoch_objects=len(order))
             bucket = self.config.source.bucket
-            for seq, obj in enumerate(order):
+            for seq, row in enumerate(order):
+                obj = self.share[row]
                 digest = key_hash(bucket, obj.key)
-                if digest in progress.done:
+                if digest in progress.logged:
+                    progress.done += 1  # published or skipped before a restart
                     continue
                 name = object_name(epoch, seq, digest)
                 yield Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
             progress.scheduled = True
+            progress.logged = set()
             self._maybe_mark_downloaded(epoch)
             epoch += 1
 
@@ -347,14 +359,14 @@ class Downloader:
 
     def _mark_done(self, job: Job) -> None:
         progress = self.epochs[job.epoch]
-        progress.done.add(key_hash(self.config.source.bucket, job.obj.key))
+        progress.done += 1
         if job.epoch == self.counters["epoch"]:
-            self.counters["epoch_objects_done"] = len(progress.done)
+            self.counters["epoch_objects_done"] = progress.done
         self._maybe_mark_downloaded(job.epoch)
 
     def _maybe_mark_downloaded(self, epoch: int) -> None:
         progress = self.epochs[epoch]
-        if progress.scheduled and len(progress.done) >= progress.total:
+        if progress.scheduled and progress.done >= progress.total:
             marker = self.layout.downloaded_marker(epoch)
             if not marker.exists():
                 write_atomic(marker, json.dumps({"objects": progress.total}).encode())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import random
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -52,9 +53,20 @@ def epoch_order(
 ) -> list[SourceObject]:
     """This epoch's download order: independent of the order the listing arrived in."""
     ordered = sorted(objects, key=lambda o: o.key)
+    return [
+        ordered[i] for i in epoch_permutation(len(ordered), seed=seed, epoch=epoch, shuffle=shuffle)
+    ]
+
+
+def epoch_permutation(count: int, *, seed: int, epoch: int, shuffle: bool) -> array[int]:
+    """Positions ``0..count-1`` (into the key-sorted share) in this epoch's order.
+
+    The same permutation ``epoch_order`` applies, as 8 bytes per object instead of a list.
+    """
+    order = array("Q", range(count))
     if shuffle:
-        random.Random(epoch_seed(seed, epoch)).shuffle(ordered)
-    return ordered
+        random.Random(epoch_seed(seed, epoch)).shuffle(order)
+    return order
 
 
 def mixing_rng(seed: int, epoch: int, writer: int) -> random.Random:
