@@ -9,6 +9,8 @@ import io
 import json
 import os
 import random
+import subprocess
+import sys
 import tarfile
 import textwrap
 from collections import Counter
@@ -17,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sample_data
 import yaml
 import zstandard
-from test_pipeline import finish, start_consumer
+from test_pipeline import HERE, finish, start_consumer
 
 pytestmark = pytest.mark.e2e
 
@@ -194,3 +197,96 @@ def test_plugin_that_raises_quarantines_only_that_object(
     assert status["errors"] >= 1
     assert any(e["key"] == bad_key and "ValueError" in e["error"] for e in status["last_errors"])
     assert bad_key in daemon.output(), "the quarantined key is logged"
+
+
+# --- manifests --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_manifest_reads_exactly_the_listed_keys(
+    where: str,
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    dataset = upload("tfrecord", [3000 + 500 * i for i in range(10)], seed=4)
+    chosen = dataset["keys"][::2]  # 5 of the 10 objects
+    expected: Counter[int] = Counter()
+    for key in chosen:
+        local = tmp_path / "obj"
+        local.write_bytes(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        expected.update(sample_data.read_ids(local))
+    lines = [
+        *(f"{k}\t{dataset['sizes'][k]}" for k in chosen[:3]),  # with sizes: no request
+        *chosen[3:],  # without: HEADed at start-up
+        f"{PREFIX}not-there-headed.tfrecord",  # missing, found by HEAD
+        f"{PREFIX}not-there-sized.tfrecord\t1234",  # missing, found by the GET (404)
+        chosen[0],  # listed twice: read once
+        "",
+    ]
+    text = "\n".join(lines) + "\n"
+    if where == "local":
+        manifest = tmp_path / "keys.txt"
+        manifest.write_text(text)
+        source = str(manifest)
+    else:
+        s3_client.put_object(Bucket=bucket, Key="manifests/keys.txt", Body=text.encode())
+        source = f"s3://{bucket}/manifests/keys.txt"
+    config_path = write_config(tmp_path, source__manifest=source, epochs__count=1)
+    daemon = run_daemon(config_path)
+    out = tmp_path / "c.json"
+    result = finish(start_consumer(config_path, out), out)
+    assert daemon.wait(120) == 0, daemon.output()
+    assert Counter(rid for _, rid in result["records"]) == expected
+    log = daemon.output()
+    assert "not-there-headed.tfrecord" in log and "not-there-sized.tfrecord" in log
+
+
+# --- hosts --------------------------------------------------------------------------------------
+
+
+def tf_config(index: int, workers: int) -> str:
+    cluster = {"worker": [f"host{i}.example:2222" for i in range(workers)]}
+    return json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+
+
+def test_three_hosts_from_tf_config_deliver_disjoint_shares_covering_every_epoch(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    dataset = upload("tfrecord", [2000 + 700 * i for i in range(24)], seed=9)
+    hosts = []
+    for index in range(3):
+        env = {"TF_CONFIG": tf_config(index, 3)}
+        config_path = write_config(
+            tmp_path / f"host{index}", sharding={"num_workers": "auto"}, epochs__count=2
+        )
+        daemon = run_daemon(config_path, env=env)
+        out = tmp_path / f"host{index}.json"
+        with open(out.with_suffix(".log"), "wb") as log:
+            consumer = subprocess.Popen(  # the trainer on that host sees the same TF_CONFIG
+                [sys.executable, str(HERE / "consume.py"), str(config_path), str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**os.environ, **env},
+            )
+        hosts.append((daemon, consumer, out))
+    results = []
+    for daemon, consumer, out in hosts:
+        results.append(finish(consumer, out))
+        assert daemon.wait(120) == 0, daemon.output()
+
+    everything = Counter(dataset["ids"])
+    for epoch in (0, 1):
+        shares = [per_epoch([r], epoch) for r in results]
+        assert all(shares), f"epoch {epoch}: a host got nothing"
+        for i in range(3):
+            for j in range(i + 1, 3):
+                overlap = set(shares[i]) & set(shares[j])
+                assert not overlap, f"epoch {epoch}: hosts {i} and {j} both got {len(overlap)}"
+        assert sum(shares, Counter()) == everything, f"epoch {epoch}: not the whole dataset"
