@@ -11,8 +11,9 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import random
+import re
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 
@@ -42,6 +43,15 @@ def in_share(key: str, num_workers: int, worker_index: int) -> bool:
 def matches(relative_key: str, patterns: Iterable[str]) -> bool:
     """Whether the key below the prefix matches any include glob (``*`` also crosses ``/``)."""
     return any(fnmatch.fnmatchcase(relative_key, p) for p in patterns)
+
+
+def matcher(patterns: Iterable[str]) -> Callable[[str], bool]:
+    """``matches`` with the patterns compiled once, for listings of millions of keys."""
+    patterns = list(patterns)
+    if "*" in patterns:
+        return lambda _key: True
+    match = re.compile("|".join(fnmatch.translate(p) for p in patterns)).match
+    return lambda key: match(key) is not None
 
 
 def epoch_seed(seed: int, epoch: int) -> int:

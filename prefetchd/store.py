@@ -21,7 +21,7 @@ import botocore.exceptions
 
 from prefetchd.config import Config, split_s3_url
 from prefetchd.errors import RuntimeFailure
-from prefetchd.order import SourceObject, in_share, matches
+from prefetchd.order import SourceObject, in_share, matcher
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +113,12 @@ def list_share(client: S3Client, config: Config) -> Iterator[SourceObject]:
     """This host's objects, streamed page by page from ListObjectsV2 or from the manifest."""
     src, shard = config.source, config.sharding
     prefix = src.prefix
+    included = matcher(src.include)
     for obj in _manifest_objects(client, config) if src.manifest else _listing(client, config):
         relative = obj.key[len(prefix) :] if obj.key.startswith(prefix) else obj.key
         if obj.key.endswith("/") and obj.size == 0:
             continue  # a "directory" placeholder, not data
-        if matches(relative, src.include) and in_share(
+        if included(relative) and in_share(
             obj.key, shard.num_workers, shard.worker_index
         ):
             yield obj
