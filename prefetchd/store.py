@@ -118,9 +118,7 @@ def list_share(client: S3Client, config: Config) -> Iterator[SourceObject]:
         relative = obj.key[len(prefix) :] if obj.key.startswith(prefix) else obj.key
         if obj.key.endswith("/") and obj.size == 0:
             continue  # a "directory" placeholder, not data
-        if included(relative) and in_share(
-            obj.key, shard.num_workers, shard.worker_index
-        ):
+        if included(relative) and in_share(obj.key, shard.num_workers, shard.worker_index):
             yield obj
 
 

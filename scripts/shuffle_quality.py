@@ -3,25 +3,30 @@
 Builds a dataset whose source order is known: ``--objects`` TFRecord objects of ``--records``
 records each; object ``i`` holds only class ``i * classes // objects`` (so classes are sorted
 too) and every record carries its source position ``id``. Runs the daemon on it (moto on
-127.0.0.1, one epoch) with one trainer reading shards through ``ready_files()``, then runs the
-tf.data pipeline a user would write with the same objects on local disk::
+127.0.0.1, one epoch) and reads the shards as a trainer does, both shard by shard through
+``ready_files()`` and through ``prefetchd.tf.dataset()`` (which interleaves as many shards as
+the RAM budget allows). Then runs the pipeline a tf.data user writes, on the same objects::
 
-    list_files(shuffle=True) -> interleave(TFRecordDataset, cycle_length) -> shuffle(buffer)
+    list_files(shuffle=True) -> interleave(TFRecordDataset, --tf-cycle) -> shuffle(buffer)
 
-where the shuffle buffer holds as many bytes as prefetchd holds in memory: ``output.ram_budget``
-(the RAM disk) plus the writers' in-object shuffle buffers. (``download.window`` is local disk,
-not memory.) cycle_length is the number of objects prefetchd's writers have open
-(``writers x mix``). Prints, for each order (and for a perfect shuffle and no shuffle, as the
-ends of the scale):
+with as many bytes in memory as prefetchd: its memory is ``output.ram_budget`` (the RAM disk,
+which holds every shard, read or waiting) plus 8 bytes per record of each open object (the
+in-object shuffle's offsets); tf.data's is its read buffers (``--tf-cycle`` x
+``--tf-read-buffer``) plus the shuffle buffer, which gets the rest. ``download.window`` is
+local disk, not memory. Prints, for each order (a perfect shuffle and no shuffle mark the ends
+of the scale):
 
-- ``|rho|``: absolute Spearman rank correlation of delivered order with source order (0 is best);
-- ``objects/1000``: distinct source objects in each window of 1,000 delivered records (mean and
-  minimum; higher is better);
+- ``|rho|``: absolute Spearman rank correlation of delivered with source order (0 is best);
+- ``objects/1000``: distinct source objects in each window of 1,000 delivered records (mean
+  and minimum; higher is better);
 - ``class TV``: total variation distance of each shard's class histogram from uniform (mean
-  and maximum; 0 is best; tf.data's "shards" are runs of the same number of records).
+  and maximum; 0 is best). Shards are prefetchd's files; for an interleaved or tf.data order,
+  runs of the same numbers of records.
 
-    python scripts/shuffle_quality.py                    # defaults: see --help
-    python scripts/shuffle_quality.py --mix 4 --writers 1  # see what a knob does
+Exits 0 if prefetchd (``tf.dataset``) is at least as good as tf.data on every statistic.
+
+    python scripts/shuffle_quality.py                       # defaults: see --help
+    python scripts/shuffle_quality.py --mix 8 --writers 1   # see what a knob does
 """
 
 from __future__ import annotations
@@ -158,14 +163,17 @@ def read_shard_ids(path: str) -> list[int]:
 # --- prefetchd ------------------------------------------------------------------------------------
 
 
-def memory_bytes(args: argparse.Namespace, object_size: int) -> int:
-    """What prefetchd holds in RAM: the RAM disk budget plus the writers' shuffle buffers."""
+def memory_bytes(args: argparse.Namespace) -> int:
+    """What prefetchd holds in RAM: the RAM disk budget, plus the offsets of each open object's
+    records (8 bytes each; TFRecord objects are shuffled by offset, not in a buffer)."""
     mix, writers, budget = int(args.mix), int(args.writers), int(args.ram_budget)
-    per_writer = min(mix * object_size, max(32 * 1024**2, mix * 256 * 1024))
-    return budget + writers * per_writer
+    return budget + writers * mix * int(args.records) * 8
 
 
-def run_prefetchd(endpoint: str, work: Path, args: argparse.Namespace) -> list[list[int]]:
+def run_prefetchd(
+    endpoint: str, work: Path, args: argparse.Namespace, reader: str
+) -> list[list[int]]:
+    """The delivered order, in shards (``tf.dataset``: one list, chunked by the caller)."""
     ram = Path(tempfile.mkdtemp(prefix=f"prefetchd-shuffle-{os.getpid()}-", dir="/dev/shm"))
     config = {
         "source": {"url": f"s3://{BUCKET}/data/", "endpoint_url": endpoint, "region": "us-east-1"},
@@ -181,6 +189,10 @@ def run_prefetchd(endpoint: str, work: Path, args: argparse.Namespace) -> list[l
         "status": {"state_dir": str(work / "state")},
         "log": {"level": "warning"},
     }
+    work = work / reader
+    work.mkdir()
+    config["download"]["cache_dir"] = str(work / "cache")
+    config["status"]["state_dir"] = str(work / "state")
     config_path = work / "prefetchd.yaml"
     config_path.write_text(yaml.safe_dump(config))
     with (work / "daemon.log").open("wb") as log:
@@ -191,7 +203,10 @@ def run_prefetchd(endpoint: str, work: Path, args: argparse.Namespace) -> list[l
             start_new_session=True,
         )
     try:
-        shards = [read_shard_ids(path) for path in ready_files(config_path, timeout=300)]
+        if reader == "ready_files":
+            shards = [read_shard_ids(path) for path in ready_files(config_path, timeout=300)]
+        else:
+            shards = [read_dataset_ids(config_path)]
         proc.wait(120)
     finally:
         if proc.poll() is None:
@@ -199,6 +214,17 @@ def run_prefetchd(endpoint: str, work: Path, args: argparse.Namespace) -> list[l
             proc.wait(30)
         shutil.rmtree(ram, ignore_errors=True)
     return shards
+
+
+def read_dataset_ids(config_path: Path) -> list[int]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    import prefetchd.tf
+
+    spec = {"id": tf.io.FixedLenFeature([], tf.int64)}
+    dataset = prefetchd.tf.dataset(config_path, timeout=300, cycle_length=1_000_000)
+    return [int(tf.io.parse_single_example(r, spec)["id"].numpy()) for r in dataset]
 
 
 # --- tf.data --------------------------------------------------------------------------------------
@@ -216,7 +242,9 @@ def run_tf_data(
         (local / Path(key).name).write_bytes(body)
     files = tf.data.Dataset.list_files(str(local / "*.tfrecord"), shuffle=True, seed=args.seed)
     records = files.interleave(
-        tf.data.TFRecordDataset, cycle_length=args.writers * args.mix, block_length=1
+        lambda path: tf.data.TFRecordDataset(path, buffer_size=args.tf_read_buffer),
+        cycle_length=args.tf_cycle,
+        block_length=1,
     ).shuffle(buffer, seed=args.seed)
     spec = {"id": tf.io.FixedLenFeature([], tf.int64)}
     return [int(tf.io.parse_single_example(r, spec)["id"].numpy()) for r in records]
@@ -227,15 +255,19 @@ def run_tf_data(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--objects", type=int, default=96)
-    parser.add_argument("--records", type=int, default=64, help="records per object")
+    parser.add_argument("--objects", type=int, default=512)
+    parser.add_argument("--records", type=int, default=32, help="records per object")
     parser.add_argument("--record-size", type=int, default=1024, help="payload bytes per record")
     parser.add_argument("--classes", type=int, default=8)
     parser.add_argument("--window", default="16MiB", help="download.window")
-    parser.add_argument("--ram-budget", type=parse_size, default="2MiB", help="output.ram_budget")
-    parser.add_argument("--shard-size", default="256KiB", help="output.shard_size")
+    parser.add_argument("--ram-budget", type=parse_size, default="1MiB", help="output.ram_budget")
+    parser.add_argument("--shard-size", default="64KiB", help="output.shard_size")
     parser.add_argument("--writers", type=int, default=2, help="output.writers")
-    parser.add_argument("--mix", type=int, default=8, help="output.mix")
+    parser.add_argument("--mix", type=int, default=64, help="output.mix")
+    parser.add_argument("--tf-cycle", type=int, default=16, help="tf.data interleave cycle")
+    parser.add_argument(
+        "--tf-read-buffer", type=parse_size, default="16KiB", help="TFRecordDataset buffer_size"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for name, value in LOCAL_CREDENTIALS.items():  # moto accepts any; never real ones here
@@ -244,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     objects = make_objects(args)
     object_size = len(next(iter(objects.values())))
     record_bytes = object_size // args.records
-    memory = memory_bytes(args, object_size)
-    buffer = max(1, memory // record_bytes)
+    memory = memory_bytes(args)
+    buffer = max(1, (memory - args.tf_cycle * args.tf_read_buffer) // record_bytes)
     work = Path(tempfile.mkdtemp(prefix="prefetchd-shuffle-quality-"))
     try:
         with s3server.moto_server(log_path=work / "moto.log") as endpoint:
@@ -254,8 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             for key, body in objects.items():
                 client.put_object(Bucket=BUCKET, Key=key, Body=body)
             started = time.monotonic()
-            shards = run_prefetchd(endpoint, work, args)
+            shards = run_prefetchd(endpoint, work, args, "ready_files")
             elapsed = time.monotonic() - started
+            (interleaved,) = run_prefetchd(endpoint, work, args, "tf.dataset")
         tf_order = run_tf_data(objects, work, args, buffer)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -263,12 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     total = args.objects * args.records
     delivered = sorted(v for s in shards for v in s)
     assert delivered == list(range(total)), "prefetchd lost or doubled records"
+    assert sorted(interleaved) == list(range(total)), "prefetchd.tf lost or doubled records"
     assert sorted(tf_order) == list(range(total))
     sizes = [len(s) for s in shards]
     perfect = list(range(total))
     random.Random(args.seed).shuffle(perfect)
     rows = [
-        stats("prefetchd (ready_files)", shards, args),
+        stats("prefetchd tf.dataset()", chunks(interleaved, sizes), args),
+        stats("prefetchd ready_files()", shards, args),
         stats("tf.data interleave+shuffle", chunks(tf_order, sizes), args),
         stats("perfect shuffle", chunks(perfect, sizes), args),
         stats("no shuffle", chunks(list(range(total)), sizes), args),
@@ -280,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({len(shards)} shards, {elapsed:.1f} s)"
     )
     print(
-        f"equal memory: {format_size(memory)} -> tf.data shuffle buffer {buffer} records, "
-        f"cycle_length {args.writers * args.mix}"
+        f"equal memory: {format_size(memory)} -> tf.data cycle_length {args.tf_cycle} x "
+        f"{format_size(args.tf_read_buffer)} read buffers + shuffle buffer of {buffer} records"
     )
     header = f"{'|rho|':>7} {'objects/1000 mean':>18} {'min':>5} {'class TV mean':>14} {'max':>6}"
     print(f"{'':28} {header}")
@@ -290,14 +325,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.name:28} {r.rho:7.4f} {r.objects_mean:18.1f} {r.objects_min:5d} "
             f"{r.tv_mean:14.3f} {r.tv_max:6.3f}"
         )
-    ours, theirs = rows[0], rows[1]
+    ours, theirs = rows[0], rows[2]
     verdicts = {
         "|rho|": ours.rho <= theirs.rho + 0.01,  # both are ~0; 0.01 is sampling noise
         "objects/1000": ours.objects_mean >= theirs.objects_mean,
         "class TV": ours.tv_mean <= theirs.tv_mean,
     }
     for name, ok in verdicts.items():
-        print(f"prefetchd vs tf.data on {name}: {'at least as good' if ok else 'WORSE'}")
+        print(
+            f"prefetchd tf.dataset() vs tf.data on {name}: {'at least as good' if ok else 'WORSE'}"
+        )
     return 0 if all(verdicts.values()) else 1
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from random import Random
+from typing import Protocol, cast
 
 from prefetchd.errors import ConfigError, CorruptObject
 from prefetchd.formats.compressed import open_object
@@ -23,12 +24,31 @@ from prefetchd.formats.lines import LinesFormat
 from prefetchd.formats.raw import RawFormat
 from prefetchd.formats.tar import TarFormat
 from prefetchd.formats.tfrecord import TFRecordFormat
+from prefetchd.order import shuffled_records
 
-__all__ = ["Format", "PluginFormat", "get_format", "open_object"]
+__all__ = ["Format", "PluginFormat", "get_format", "open_object", "shuffled_object"]
 
 
 class Format(Protocol):
     def records(self, key: str, path: str) -> Iterator[bytes]: ...
+
+
+def shuffled_object(
+    fmt: Format, key: str, path: str, rng: Random, *, max_records: int, max_bytes: int
+) -> Iterator[bytes]:
+    """The object's records in a seeded random order (same file and ``rng`` -> same order).
+
+    A format with a ``shuffled(key, path, rng)`` method that returns an iterator shuffles the
+    whole object itself (``tfrecord`` by offsets, 8 bytes per record); any other object goes
+    through a bounded shuffle buffer (``order.shuffled_records``).
+    """
+    method = getattr(fmt, "shuffled", None)
+    whole = method(key, path, rng) if method is not None else None
+    if whole is not None:
+        return cast(Iterator[bytes], whole)
+    return shuffled_records(
+        fmt.records(key, path), rng, max_records=max_records, max_bytes=max_bytes
+    )
 
 
 class PluginFormat:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
 import itertools
 from collections import Counter
+from pathlib import Path
 
+import pytest
+
+from prefetchd.errors import CorruptObject
+from prefetchd.formats import get_format, shuffled_object
 from prefetchd.order import object_rng, shuffled_records
+from prefetchd.tfrecord import frame
 
 RECORDS = [b"%05d" % i for i in range(1000)]
 
@@ -65,3 +72,51 @@ def test_lazy_so_a_huge_object_streams() -> None:
         )
     )
     assert len(first) == 5 and all(int(r) <= 105 for r in first)
+
+
+# --- whole-object shuffles through the formats ------------------------------------------------
+
+
+def shuffled_from(path: Path, key: str, fmt: str = "tfrecord", epoch: int = 0) -> list[bytes]:
+    rng = object_rng(7, epoch, key)
+    return list(
+        shuffled_object(get_format(fmt), key, str(path), rng, max_records=10, max_bytes=10**6)
+    )
+
+
+def test_tfrecord_objects_are_shuffled_whole_by_offset(tmp_path: Path) -> None:
+    path = tmp_path / "obj"
+    path.write_bytes(b"".join(frame(r) for r in RECORDS))
+    out = shuffled_from(path, "a.tfrecord")
+    assert Counter(out) == Counter(RECORDS)
+    assert out == shuffled_from(path, "a.tfrecord"), "same file and seed, same order"
+    assert out != shuffled_from(path, "a.tfrecord", epoch=1)
+    # max_records=10 would bound a buffer; the offset shuffle is not bounded by it
+    assert max(int(r) for r in out[:10]) > 500
+
+
+@pytest.mark.parametrize("damage", ["flip-data", "flip-length", "truncate"])
+def test_tfrecord_offset_shuffle_finds_corruption(tmp_path: Path, damage: str) -> None:
+    data = bytearray(b"".join(frame(r) for r in RECORDS))
+    if damage == "flip-data":
+        data[len(data) // 2] ^= 0x01
+    elif damage == "flip-length":
+        data[len(frame(RECORDS[0]))] ^= 0x01
+    else:
+        del data[-2:]
+    path = tmp_path / "obj"
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptObject) as info:
+        shuffled_from(path, "bad.tfrecord")
+    assert info.value.key == "bad.tfrecord"
+    assert "byte" in str(info.value)
+
+
+def test_compressed_objects_fall_back_to_the_bounded_buffer(tmp_path: Path) -> None:
+    path = tmp_path / "obj"
+    path.write_bytes(gzip.compress(b"".join(frame(r) for r in RECORDS)))
+    out = shuffled_from(path, "a.tfrecord.gz")
+    assert Counter(out) == Counter(RECORDS)
+    assert out == shuffled_from(path, "a.tfrecord.gz")
+    for position, record in enumerate(out):  # max_records=10 bounds how far records move
+        assert int(record) <= position + 10
