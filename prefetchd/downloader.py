@@ -220,7 +220,7 @@ class Downloader:
             if current is None:
                 if exhausted and not self.active and not self.retry_queue:
                     self.counters["activity"] = "finished"
-                    self.ctx.report()
+                    self._report()
                     self._apply_deletions(timeout=0.2)
                     continue
                 self._wait(0.05)
