@@ -50,8 +50,14 @@ BACKOFF_MAX = 60.0
 class EpochProgress:
     total: int
     logged: set[str]  # hashes a previous run published or skipped (freed once scheduled)
-    done: int  # objects of the share published or skipped
+    finished: bytearray  # one byte per position in the epoch's order: published or skipped
+    done: int = 0  # how many of ``finished`` are set
     scheduled: bool = False
+
+    def mark(self, seq: int) -> None:
+        if not self.finished[seq]:
+            self.finished[seq] = 1
+            self.done += 1
 
 
 class Downloader:
@@ -64,7 +70,7 @@ class Downloader:
         self.retry_queue: list[tuple[float, Job]] = []
         self.epochs: dict[int, EpochProgress] = {}
         self.share = ShareTable()
-        self.in_flight = 0
+        self.active: dict[str, Job] = {}  # prepared and not yet handled, by local name
         self.consecutive_faults = 0
         self.paused_until = 0.0
         self.pause_reason: str | None = None
@@ -123,7 +129,17 @@ class Downloader:
             finally:
                 self.transfer.shutdown()
                 self._drain_results()
+                self._abandon_unfinished()
         self.ctx.report(force=True)
+
+    def _abandon_unfinished(self) -> None:
+        """On stop: remove downloads that were cancelled before they finished."""
+        for job in self.active.values():
+            if job.fd >= 0:
+                os.close(job.fd)
+                job.fd = -1
+            job.tmp.unlink(missing_ok=True)
+        self.active.clear()
 
     def _recover(self) -> None:
         """Sweep what a previous run left behind; learn what is already on disk."""
@@ -183,7 +199,7 @@ class Downloader:
                 epoch=epoch,
                 shuffle=self.config.epochs.shuffle,
             )
-            progress = EpochProgress(total=len(order), logged=self._read_log(epoch), done=0)
+            progress = EpochProgress(len(order), self._read_log(epoch), bytearray(len(order)))
             self.epochs[epoch] = progress
             self.counters.update(epoch=epoch, epoch_objects=len(order))
             bucket = self.config.source.bucket
@@ -191,7 +207,7 @@ class Downloader:
                 obj = self.share[row]
                 digest = key_hash(bucket, obj.key)
                 if digest in progress.logged:
-                    progress.done += 1  # published or skipped before a restart
+                    progress.mark(seq)  # published or skipped before a restart
                     continue
                 name = object_name(epoch, seq, digest)
                 yield Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
@@ -220,9 +236,9 @@ class Downloader:
                 current = next(jobs, None)
                 exhausted = current is None
             if current is None:
-                if exhausted and self.in_flight == 0 and not self.retry_queue:
+                if exhausted and not self.active and not self.retry_queue:
                     self.counters["activity"] = "finished"
-                    self.ctx.report()
+                    self._report()
                     self._apply_deletions(timeout=0.2)
                     continue
                 self._wait(0.05)
@@ -238,7 +254,7 @@ class Downloader:
                     continue
                 self.window.reserve(current.name, current.obj.size)
                 self.transfer.prepare(current)
-                self.in_flight += 1
+                self.active[current.name] = current
             self.counters["activity"] = "downloading"
             if self.transfer.submit_parts(current, timeout=0.05):
                 current = None
@@ -265,11 +281,7 @@ class Downloader:
             self.window.release(event.name.partition("-")[2])
 
     def _in_flight_sizes(self) -> dict[str, int]:
-        return {
-            name: size
-            for name, size in self.window.held.items()
-            if (self.layout.cache_tmp / (name + TMP_SUFFIX)).exists()
-        }
+        return {name: job.obj.size for name, job in self.active.items()}
 
     def _drain_results(self) -> None:
         while True:
@@ -282,7 +294,7 @@ class Downloader:
     # --- results ------------------------------------------------------------------------------
 
     def _handle(self, job: Job) -> None:
-        self.in_flight -= 1
+        self.active.pop(job.name, None)
         self.counters["retries"] += job.retries
         if job.error is None:
             self._publish(job)
@@ -359,7 +371,7 @@ class Downloader:
 
     def _mark_done(self, job: Job) -> None:
         progress = self.epochs[job.epoch]
-        progress.done += 1
+        progress.mark(job.seq)
         if job.epoch == self.counters["epoch"]:
             self.counters["epoch_objects_done"] = progress.done
         self._maybe_mark_downloaded(job.epoch)

@@ -22,7 +22,8 @@ import pytest
 import sample_data
 import yaml
 import zstandard
-from test_pipeline import HERE, finish, start_consumer
+
+from .trainers import HERE, finish, start_consumer
 
 pytestmark = pytest.mark.e2e
 
