@@ -94,11 +94,16 @@ def downloader_pid(state_dir: Path) -> int | None:
 
 
 def measure(
-    endpoint: str, work: Path, real: dict[str, int], keys: int, run_s: float
+    endpoint: str, work: Path, real: dict[str, int], keys: int, run_s: float, where: str
 ) -> Measurement:
     work.mkdir(parents=True, exist_ok=True)
     manifest = work / "keys.txt"
     write_manifest(manifest, real, keys)
+    source = str(manifest)
+    if where == "s3":
+        client = sample_data.make_client(endpoint)
+        client.upload_file(str(manifest), BUCKET, f"manifests/{keys}.txt")
+        source = f"s3://{BUCKET}/manifests/{keys}.txt"
     ram = Path(tempfile.mkdtemp(prefix=f"prefetchd-scale-{os.getpid()}-", dir="/dev/shm"))
     state = work / "state"
     config = {
@@ -106,7 +111,7 @@ def measure(
             "url": f"s3://{BUCKET}/",
             "endpoint_url": endpoint,
             "region": "us-east-1",
-            "manifest": str(manifest),
+            "manifest": source,
         },
         "epochs": {"count": 1},
         "download": {"cache_dir": str(work / "cache"), "window": "64MiB", "concurrency": 8},
@@ -180,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--baseline-keys", type=int, default=1_000)
     parser.add_argument("--run-seconds", type=float, default=20.0, help="after start-up")
+    parser.add_argument(
+        "--manifest-in", choices=("local", "s3"), default="local", help="a local file or s3://"
+    )
     args = parser.parse_args(argv)
     for name, value in LOCAL_CREDENTIALS.items():  # moto accepts any; never real ones here
         os.environ.setdefault(name, value)
@@ -193,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             real = dataset["sizes"]
             rows = [
-                measure(endpoint, work / f"run-{n}", real, n, args.run_seconds)
+                measure(endpoint, work / f"run-{n}", real, n, args.run_seconds, args.manifest_in)
                 for n in (args.baseline_keys, args.keys)
             ]
     finally:
@@ -210,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     base, big = rows
     grown = (big.peak_downloader_rss - base.peak_downloader_rss) / MIB
     print(
-        f"listing of {big.keys} keys: +{grown:.0f} MiB in the downloader, start-up "
+        f"{args.manifest_in} manifest of {big.keys} keys: +{grown:.0f} MiB in the downloader, start-up "
         f"{big.startup_s:.1f} s (bar: seconds, < 300 MiB for the whole daemon)"
     )
     return 0
