@@ -218,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     base, big = rows
     grown = (big.peak_downloader_rss - base.peak_downloader_rss) / MIB
     print(
-        f"{args.manifest_in} manifest of {big.keys} keys: +{grown:.0f} MiB in the downloader, start-up "
-        f"{big.startup_s:.1f} s (bar: seconds, < 300 MiB for the whole daemon)"
+        f"{args.manifest_in} manifest of {big.keys} keys: +{grown:.0f} MiB in the downloader, "
+        f"start-up {big.startup_s:.1f} s (bar: seconds, < 300 MiB for the whole daemon)"
     )
     return 0
 
