@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.keys:>10} {m.startup_s:>10.1f} {m.peak_rss / MIB:>13.0f} "
             f"{m.peak_pss / MIB:>13.0f} {m.peak_downloader_rss / MIB:>19.0f} {m.skipped:>13}"
         )
+    print(f"load average during the runs: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     base, big = rows
     grown = (big.peak_downloader_rss - base.peak_downloader_rss) / MIB
     print(
