@@ -180,6 +180,41 @@ def _skipped(state: Path) -> int:
         return 0
 
 
+def listing_only(keys: int) -> int:
+    """Time the listing steps in this process, without a daemon or a store: read the manifest
+    into the share table, sort it, and draw one epoch's order."""
+    import resource
+
+    from prefetchd.config import config_from_dict
+    from prefetchd.order import epoch_permutation
+    from prefetchd.share import ShareTable
+    from prefetchd.store import list_share
+
+    work = Path(tempfile.mkdtemp(prefix="prefetchd-manifest-listing-"))
+    try:
+        manifest = work / "keys.txt"
+        write_manifest(manifest, {}, keys)
+        config = config_from_dict({"source": {"url": f"s3://{BUCKET}/", "manifest": str(manifest)}})
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        table = ShareTable()
+        for obj in list_share(None, config):
+            table.append(obj)
+        t1 = time.perf_counter()
+        table.finish()
+        t2 = time.perf_counter()
+        epoch_permutation(len(table), seed=0, epoch=0, shuffle=True)
+        t3 = time.perf_counter()
+        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(
+        f"{keys} keys: read {t1 - t0:.1f} s, sort {t2 - t1:.1f} s, epoch order {t3 - t2:.1f} s; "
+        f"table {table.nbytes() / MIB:.0f} MiB, peak RSS grew {grown:.0f} MiB"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=1_000_000)
@@ -188,7 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--manifest-in", choices=("local", "s3"), default="local", help="a local file or s3://"
     )
+    parser.add_argument(
+        "--listing-only", action="store_true", help="time the listing steps in this process"
+    )
     args = parser.parse_args(argv)
+    if args.listing_only:
+        return listing_only(args.keys)
     for name, value in LOCAL_CREDENTIALS.items():  # moto accepts any; never real ones here
         os.environ.setdefault(name, value)
     work = Path(tempfile.mkdtemp(prefix="prefetchd-manifest-scale-"))
