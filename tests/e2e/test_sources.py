@@ -291,3 +291,18 @@ def test_three_hosts_from_tf_config_deliver_disjoint_shares_covering_every_epoch
                 overlap = set(shares[i]) & set(shares[j])
                 assert not overlap, f"epoch {epoch}: hosts {i} and {j} both got {len(overlap)}"
         assert sum(shares, Counter()) == everything, f"epoch {epoch}: not the whole dataset"
+
+
+def test_plugin_that_cannot_be_imported_stops_the_daemon_naming_it(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    upload("raw", [1000])
+    config_path = write_config(tmp_path, source__format="pfd_no_such_plugin.fmt:records")
+    daemon = run_daemon(config_path)
+    assert daemon.wait(60) == 1, daemon.output()
+    log = daemon.output()
+    assert "source.format" in log and "pfd_no_such_plugin.fmt" in log
+    assert "Traceback" not in log
