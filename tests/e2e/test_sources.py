@@ -306,3 +306,34 @@ def test_plugin_that_cannot_be_imported_stops_the_daemon_naming_it(
     log = daemon.output()
     assert "source.format" in log and "pfd_no_such_plugin.fmt" in log
     assert "Traceback" not in log
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needles"),
+    [
+        ({"source__format": "pfd_no_such_plugin.fmt:records"}, ["source.format", "pfd_no_such"]),
+        ({"source__manifest": "/nonexistent/keys.txt"}, ["source.manifest", "/nonexistent"]),
+        ({"source__manifest": "s3://BUCKET/no-such-manifest.txt"}, ["no-such-manifest.txt"]),
+    ],
+    ids=["plugin", "local-manifest", "s3-manifest"],
+)
+def test_check_names_a_bad_plugin_or_manifest(
+    overrides: dict[str, str],
+    needles: list[str],
+    tmp_path: Path,
+    bucket: str,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+) -> None:
+    upload("raw", [1000])
+    overrides = {k: v.replace("BUCKET", bucket) for k, v in overrides.items()}
+    config = write_config(tmp_path, **overrides)
+    proc = subprocess.run(
+        [sys.executable, "-m", "prefetchd", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failed = [line for line in proc.stdout.splitlines() if "FAIL" in line]
+    assert failed and all(n in "\n".join(failed) for n in needles), proc.stdout
