@@ -9,10 +9,12 @@ import io
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -197,7 +199,7 @@ def test_plugin_that_raises_quarantines_only_that_object(
     status = json.loads((Path(state) / "status.json").read_text())
     assert status["errors"] >= 1
     assert any(e["key"] == bad_key and "ValueError" in e["error"] for e in status["last_errors"])
-    assert bad_key in daemon.output(), "the quarantined key is logged"
+    assert bad_key in daemon.stderr.read_text(), "the quarantined key is logged"
 
 
 # --- manifests --------------------------------------------------------------------------------
@@ -242,7 +244,7 @@ def test_manifest_reads_exactly_the_listed_keys(
     result = finish(start_consumer(config_path, out), out)
     assert daemon.wait(120) == 0, daemon.output()
     assert Counter(rid for _, rid in result["records"]) == expected
-    log = daemon.output()
+    log = daemon.stderr.read_text()
     assert "not-there-headed.tfrecord" in log and "not-there-sized.tfrecord" in log
 
 
@@ -303,7 +305,7 @@ def test_plugin_that_cannot_be_imported_stops_the_daemon_naming_it(
     config_path = write_config(tmp_path, source__format="pfd_no_such_plugin.fmt:records")
     daemon = run_daemon(config_path)
     assert daemon.wait(60) == 1, daemon.output()
-    log = daemon.output()
+    log = daemon.stderr.read_text()
     assert "source.format" in log and "pfd_no_such_plugin.fmt" in log
     assert "Traceback" not in log
 
@@ -337,3 +339,52 @@ def test_check_names_a_bad_plugin_or_manifest(
     assert proc.returncode == 1, proc.stdout + proc.stderr
     failed = [line for line in proc.stdout.splitlines() if "FAIL" in line]
     assert failed and all(n in "\n".join(failed) for n in needles), proc.stdout
+
+
+def test_writer_killed_mid_object_resumes_shuffled_lines_exactly_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """The in-object shuffle (here the bounded buffer: .gz, .zst and text objects) must give the
+    same order when a restarted writer reopens an object and skips the journalled count."""
+    rng = random.Random(11)
+    objects: dict[str, bytes] = {}
+    lines: list[str] = []
+    for i in range(6):
+        key = f"{PREFIX}big-{i}.txt" + ("", ".gz", ".zst")[i % 3]
+        mine = [f"object {i} line {j} {rng.randbytes(40).hex()}" for j in range(2500)]
+        lines += mine
+        objects[key] = compress(("\n".join(mine) + "\n").encode(), key)
+    put(s3_client, bucket, objects)
+    config_path = write_config(
+        tmp_path,
+        source__format="lines",
+        epochs__count=1,
+        output={"shard_size": "64KiB", "ram_budget": "1MiB", "compression": "gzip"},
+    )
+    daemon = run_daemon(config_path)
+    out = tmp_path / "c.json"
+    consumer = start_consumer(config_path, out, "--delay", "0.05")
+    report = tmp_path / "state" / "children" / "writer-0.json"  # the writer's own counters
+    victim = None
+    deadline = time.monotonic() + 60
+    while victim is None and time.monotonic() < deadline:
+        try:
+            counters = json.loads(report.read_text())
+        except (OSError, ValueError):
+            counters = {}
+        if counters.get("records_written", 0) > 0:  # a shard published, objects still open
+            victim = int(counters["pid"])
+        time.sleep(0.05)
+    assert victim, f"writer-0 never wrote\n{daemon.output()}"
+    os.kill(victim, signal.SIGKILL)
+
+    result = finish(consumer, out)
+    assert daemon.wait(120) == 0, daemon.output()
+    assert Counter(rid for _, rid in result["records"]) == Counter(lines)
+    log = daemon.stderr.read_text(errors="replace")
+    assert "restarting" in log
+    assert "claimed objects after a restart" in log, "the kill should land mid-object"
