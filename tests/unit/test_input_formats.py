@@ -7,6 +7,7 @@ import gzip
 import io
 import random
 import tarfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,27 @@ def test_gzip_shard_is_read_by_tensorflow_with_compression_gzip(tmp_path: Path) 
     assert shard.size < sum(len(r) for r in records) / 10  # repetitive data compresses
     dataset = tf.data.TFRecordDataset(str(path), compression_type="GZIP")
     assert [r.numpy() for r in dataset] == records
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_decompression_streams_in_bounded_memory(tmp_path: Path, suffix: str) -> None:
+    """32 MiB of text compresses to well under 1 MiB; reading it must not hold it whole."""
+    line = b"x" * 1023 + b"\n"
+    obj = tmp_path / "obj"
+    if suffix == ".gz":
+        with gzip.open(obj, "wb") as f:
+            for _ in range(32):
+                f.write(line * 1024)
+    else:
+        with obj.open("wb") as raw, zstandard.ZstdCompressor().stream_writer(raw) as f:
+            for _ in range(32):
+                f.write(line * 1024)
+    assert obj.stat().st_size < 1024**2
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in get_format("lines").records(f"big.txt{suffix}", str(obj)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 32 * 1024
+    assert peak < 8 * 1024**2, f"peak {peak / 2**20:.1f} MiB for 32 MiB of text"
