@@ -76,6 +76,8 @@ class Downloader:
             epoch=0,
             epoch_objects=0,
             epoch_objects_done=0,
+            epoch_bytes=0,
+            epoch_bytes_done=0,
             window_bytes=0,
             window_limit=self.window.limit,
             activity="listing",
@@ -176,8 +178,16 @@ class Downloader:
             )
             progress = EpochProgress(total=len(order), done=self._read_log(epoch))
             self.epochs[epoch] = progress
-            self.counters.update(epoch=epoch, epoch_objects=len(order))
             bucket = self.config.source.bucket
+            done = progress.done
+            done_bytes = sum(o.size for o in order if done and key_hash(bucket, o.key) in done)
+            self.counters.update(
+                epoch=epoch,
+                epoch_objects=len(order),
+                epoch_objects_done=len(progress.done),
+                epoch_bytes=sum(o.size for o in order),
+                epoch_bytes_done=done_bytes,
+            )
             for seq, obj in enumerate(order):
                 digest = key_hash(bucket, obj.key)
                 if digest in progress.done:
@@ -350,6 +360,7 @@ class Downloader:
         progress.done.add(key_hash(self.config.source.bucket, job.obj.key))
         if job.epoch == self.counters["epoch"]:
             self.counters["epoch_objects_done"] = len(progress.done)
+            self.counters["epoch_bytes_done"] += job.obj.size
         self._maybe_mark_downloaded(job.epoch)
 
     def _maybe_mark_downloaded(self, epoch: int) -> None:
