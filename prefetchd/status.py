@@ -270,7 +270,7 @@ def render_table(status: dict[str, Any]) -> str:
         f"{_duration(get('consumer_wait_s', 0))} in all; "
         f"{get('consumers', 0)} reading, {get('consumers_waiting', 0)} waiting now",
         f"    writers     blocked on RAM {_pct(get('writer_ram_wait_ratio', 0))} of the last "
-        f"10 s, {_duration(get('writer_ram_wait_s', 0))} in all",
+        f"10 s, {_duration(get('writer_ram_wait_s', 0))} in all (summed over writers)",
         "",
         f"  window        {_bar(get('window_bytes', 0), get('window_limit', 0))}"
         f"  {format_size(get('window_bytes', 0))} of {format_size(get('window_limit', 0))}",
