@@ -8,8 +8,9 @@ It reads only figures of the status record (``docs/status.md``), all over the la
   - downloads paused on store errors or throttling -> ``store-bound``;
   - writers blocked on ``output.ram_budget`` for ``RAM_BLOCKED`` of their time while trainers
     wait -> ``ram-bound`` (the budget is held by shards the trainers have claimed);
-  - the download window at least ``WINDOW_FULL`` full -> ``writer-bound`` (objects are here,
-    writers cannot turn them into shards fast enough);
+  - the download window at least ``WINDOW_FULL`` full, or the downloader with nothing left to
+    fetch for now -> ``writer-bound`` (objects are here, writers cannot turn them into shards
+    fast enough);
   - else -> ``store-bound`` (the window is not filling: downloads are the limit).
 """
 
@@ -22,6 +23,9 @@ from typing import Any
 STARVED = 0.10  # trainers waiting this share of their time or more are starved
 RAM_BLOCKED = 0.50
 WINDOW_FULL = 0.80
+
+# The downloader's activity when it is ahead of the writers (nothing to fetch right now).
+DOWNLOADS_AHEAD = ("finished", "waiting for the window")
 
 VERDICTS = ("consumer-bound", "store-bound", "writer-bound", "ram-bound", "idle", "unknown")
 
@@ -89,14 +93,14 @@ def diagnose(status: Mapping[str, Any]) -> Verdict:
                 f"RAM disk {_pct(ram)} full, {claimed} shards being read, {ready} ready",
             ],
         )
-    if window >= WINDOW_FULL:
+    if window >= WINDOW_FULL or activity.startswith(DOWNLOADS_AHEAD):
         return Verdict(
             "writer-bound",
             "objects are downloaded but writers cannot turn them into shards fast enough: "
             "raise output.writers",
             [
                 evidence_wait,
-                f"download window {_pct(window)} full",
+                f"download window {_pct(window)} full, downloader {activity or 'idle'}",
                 f"writers at {records:.0f} records/s",
             ],
         )

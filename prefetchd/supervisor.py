@@ -516,7 +516,7 @@ class Supervisor:
         epochs = []
         if current is not None:
             for k in range(self.next_epoch, int(current) + 1)[-MAX_EPOCHS_SHOWN:]:
-                downloading = k == current
+                downloading = k == current and done < total
                 epochs.append(
                     {
                         "epoch": k,

@@ -94,6 +94,7 @@ RUNNING = {
         ({}, "store-bound"),
         ({"download_activity": "paused: store errors (SlowDown), retrying in 4s"}, "store-bound"),
         ({"window_bytes": 95}, "writer-bound"),
+        ({"download_activity": "finished"}, "writer-bound"),
         ({"writer_ram_wait_ratio": 0.9, "ram_bytes": 100, "window_bytes": 95}, "ram-bound"),
         ({"consumers": 0}, "idle"),
         ({"state": "starting"}, "unknown"),
@@ -111,7 +112,7 @@ def test_bottleneck_verdict(changes: dict[str, Any], verdict: str) -> None:
 
 def test_verdict_evidence_names_the_figures() -> None:
     result = diagnose({**RUNNING, "window_bytes": 95})
-    assert "download window 95% full" in result.evidence
+    assert "download window 95% full, downloader downloading" in result.evidence
     assert "trainers waited for shards 60% of the last 10 s" in result.evidence
 
 
