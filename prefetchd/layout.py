@@ -207,8 +207,14 @@ def make_private_dir(path: Path) -> None:
     Raises ``RuntimeFailure`` naming the directory if it is a symlink, belongs to another user
     or is writable by others: a daemon that writes there could be tricked into clobbering files.
     """
+    unsafe = _unsafe_ancestor(path)
+    if unsafe:
+        raise RuntimeFailure(f"refusing to use {path}: {unsafe}")
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for parent in reversed(path.parents):  # each missing ancestor private too
+            if not parent.exists():
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(parent, 0o700)
         os.mkdir(path, 0o700)
         return
     except FileExistsError:
@@ -231,6 +237,38 @@ def make_private_dir(path: Path) -> None:
         raise RuntimeFailure(f"refusing to use {path}: it is writable by other users")
     if info.st_mode & 0o077:
         os.chmod(path, 0o700)
+
+
+def _unsafe_ancestor(path: Path) -> str | None:
+    """Why another user could redirect ``path`` through one of its existing ancestors, or None.
+
+    In a directory others may write to (``/dev/shm``, ``/tmp``), anyone can plant a name: a
+    symlink to a directory of theirs, or a directory they own and can later swap. So every
+    name we pass through there must belong to us or root, and such a directory needs the
+    sticky bit (else even our own names can be replaced). Symlinks elsewhere, e.g.
+    ``/var/run -> /run``, are followed: only root or we could have made them.
+    """
+    current = Path(path.anchor or "/")
+    for part in path.absolute().parts[1:-1]:
+        try:
+            parent = os.stat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # from here on we create everything, 0700
+        shared = parent.st_mode & 0o002  # group-writable ancestors are trusted to the group
+        if shared and not parent.st_mode & stat.S_ISVTX:
+            return f"{current} is writable by other users and not sticky"
+        try:
+            info = os.lstat(current / part)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if shared and info.st_uid not in (0, os.geteuid()):
+            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "a directory"
+            return (
+                f"{current / part} is {kind} in the shared directory {current} that belongs "
+                f"to another user (uid {info.st_uid})"
+            )
+        current = Path(os.path.realpath(current / part))
+    return None
 
 
 def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
