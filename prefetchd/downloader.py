@@ -32,6 +32,7 @@ from prefetchd.layout import (
     TMP_SUFFIX,
     key_hash,
     object_name,
+    open_append,
     parse_object_name,
     write_atomic,
 )
@@ -352,7 +353,7 @@ class Downloader:
     def _log(self, job: Job, kind: str) -> None:
         digest = parse_object_name(job.name)
         assert digest is not None
-        with self._log_path(job.epoch).open("a", encoding="ascii") as f:
+        with os.fdopen(open_append(self._log_path(job.epoch)), "a", encoding="ascii") as f:
             f.write(f"{kind} {digest[2]}\n")
 
     def _mark_done(self, job: Job) -> None:

@@ -294,6 +294,13 @@ def create_exclusive(path: Path, *, readable: bool = False) -> int:
     return os.open(path, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
+def open_append(path: Path) -> int:
+    """Open a private log for appending (created 0600 if missing); never follows a symlink.
+    Logs are appended to across restarts, so unlike other files they may already exist."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(path, flags, 0o600)
+
+
 def dir_bytes(*dirs: Path) -> int:
     """Total size of the regular files directly inside ``dirs`` (missing files are skipped)."""
     total = 0

@@ -17,6 +17,7 @@ from prefetchd.layout import (
     epoch_prefix,
     key_hash,
     make_private_dir,
+    open_append,
     object_name,
     parse_claim_name,
     parse_object_name,
@@ -421,3 +422,22 @@ def test_make_private_dir_follows_our_own_symlink_above_it(tmp_path: Path) -> No
     (tmp_path / "alias").symlink_to(real)
     make_private_dir(tmp_path / "alias" / "state")
     assert mode_of(real / "state") == 0o700
+
+
+def test_open_append_creates_a_private_log_and_appends(tmp_path: Path) -> None:
+    path = tmp_path / "e0.log"
+    for line in (b"P a\n", b"P b\n"):
+        fd = open_append(path)
+        os.write(fd, line)
+        os.close(fd)
+    assert path.read_bytes() == b"P a\nP b\n"
+    assert mode_of(path) == 0o600
+
+
+def test_open_append_never_writes_through_a_symlink(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    (tmp_path / "e0.log").symlink_to(victim)
+    with pytest.raises(OSError):
+        open_append(tmp_path / "e0.log")
+    assert victim.read_bytes() == b"keep"
