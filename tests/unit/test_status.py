@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,3 +159,14 @@ def test_eta() -> None:
     assert eta_seconds(100, 10) == 10.0
     assert eta_seconds(0, 0) == 0.0
     assert eta_seconds(5, 0) is None
+
+
+def test_every_key_of_a_recorded_status_is_documented() -> None:
+    docs = (DATA.parents[2] / "docs" / "status.md").read_text()
+    documented = set(re.findall(r"`([a-z_0-9]+)`", docs))
+    for path in DATA.glob("*.json"):
+        status = json.loads(path.read_text())
+        assert not sorted(set(status) - documented), path.name
+        for child in status["children"].values():
+            undocumented = [k for k in child if not re.search(rf"\b{k}\b", docs)]
+            assert not undocumented, undocumented
