@@ -221,22 +221,39 @@ def make_private_dir(path: Path) -> None:
         pass
     except OSError as exc:
         raise RuntimeFailure(f"cannot create directory {path}: {exc.strerror}") from None
+    problem = existing_dir_problem(path)
+    if problem:
+        raise RuntimeFailure(problem)
+    info = os.lstat(path)
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def dir_problem(path: Path) -> str | None:
+    """Why ``make_private_dir(path)`` would refuse ``path``, without changing anything (for
+    ``prefetchd check``); None if it would create or accept it."""
+    unsafe = _unsafe_ancestor(path)
+    if unsafe:
+        return f"refusing to use {path}: {unsafe}"
+    if not os.path.lexists(path):
+        return None
+    return existing_dir_problem(path)
+
+
+def existing_dir_problem(path: Path) -> str | None:
     try:
         info = os.lstat(path)
     except OSError as exc:  # e.g. a parent is a regular file
-        raise RuntimeFailure(f"cannot create directory {path}: {exc.strerror}") from None
+        return f"cannot create directory {path}: {exc.strerror}"
     if stat.S_ISLNK(info.st_mode):
-        raise RuntimeFailure(f"refusing to use {path}: it is a symlink")
+        return f"refusing to use {path}: it is a symlink"
     if not stat.S_ISDIR(info.st_mode):
-        raise RuntimeFailure(f"refusing to use {path}: it is not a directory")
+        return f"refusing to use {path}: it is not a directory"
     if info.st_uid != os.geteuid():
-        raise RuntimeFailure(
-            f"refusing to use {path}: it belongs to another user (uid {info.st_uid})"
-        )
+        return f"refusing to use {path}: it belongs to another user (uid {info.st_uid})"
     if info.st_mode & 0o022:
-        raise RuntimeFailure(f"refusing to use {path}: it is writable by other users")
-    if info.st_mode & 0o077:
-        os.chmod(path, 0o700)
+        return f"refusing to use {path}: it is writable by other users"
+    return None
 
 
 def _unsafe_ancestor(path: Path) -> str | None:

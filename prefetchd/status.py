@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import Layout
 from prefetchd.sizes import format_size
 from prefetchd.states import DaemonState
@@ -176,8 +177,16 @@ def eta_seconds(remaining_bytes: float, rate: float) -> float | None:
 
 
 def read_status(layout: Layout) -> dict[str, Any] | None:
+    """The last status record, or None if there is none. Raises ``RuntimeFailure`` when it
+    cannot be read (the state directory is private to the daemon's user): that is not "not
+    running"."""
     try:
         data: dict[str, Any] = json.loads(layout.status_file.read_text(encoding="utf-8"))
+    except PermissionError:
+        raise RuntimeFailure(
+            f"cannot read {layout.status_file}: permission denied "
+            "(status.state_dir is private to the daemon's user: run as that user)"
+        ) from None
     except (OSError, ValueError):
         return None
     return data

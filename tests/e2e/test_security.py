@@ -131,6 +131,15 @@ def test_a_symlink_planted_in_dev_shm_is_never_written_through(
             assert str(link) in last and "symlink" in last, last
             assert "Traceback" not in proc.stderr
             assert list(victim.iterdir()) == [], "the daemon wrote through the planted symlink"
+            check = subprocess.run(
+                [sys.executable, "-m", "prefetchd", "check", "--config", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert check.returncode == 1
+            assert f"FAIL output.ram_dir: refusing to use {ram_dir}" in check.stdout, check.stdout
+            assert list(victim.iterdir()) == [], "check wrote through the planted symlink"
     finally:
         link.unlink()
 

@@ -14,6 +14,7 @@ from prefetchd.layout import (
     Layout,
     claim_name,
     dir_bytes,
+    dir_problem,
     epoch_prefix,
     key_hash,
     make_private_dir,
@@ -441,3 +442,17 @@ def test_open_append_never_writes_through_a_symlink(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         open_append(tmp_path / "e0.log")
     assert victim.read_bytes() == b"keep"
+
+
+def test_dir_problem_reports_without_changing_anything(tmp_path: Path) -> None:
+    missing = tmp_path / "new" / "dir"
+    assert dir_problem(missing) is None
+    assert not (tmp_path / "new").exists()
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o777)
+    loose.chmod(0o777)
+    assert "writable by other users" in str(dir_problem(loose))
+    assert mode_of(loose) == 0o777
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    assert "symlink" in str(dir_problem(link))

@@ -170,3 +170,23 @@ def test_every_key_of_a_recorded_status_is_documented() -> None:
         for child in status["children"].values():
             undocumented = [k for k in child if not re.search(rf"\b{k}\b", docs)]
             assert not undocumented, undocumented
+
+
+def test_an_unreadable_status_is_an_error_not_not_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """status as another user than the daemon's: the state dir is private. Saying "not running"
+    would send an operator hunting for a dead daemon."""
+    from prefetchd.errors import RuntimeFailure
+    from prefetchd.layout import Layout
+    from prefetchd.status import read_status
+
+    layout = Layout(tmp_path / "cache", tmp_path / "ram", tmp_path / "state")
+    assert read_status(layout) is None
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(RuntimeFailure, match=r"permission denied.*run as that user"):
+        read_status(layout)
