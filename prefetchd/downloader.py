@@ -20,6 +20,7 @@ import logging
 import os
 import queue
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from prefetchd.layout import (
     TMP_SUFFIX,
     key_hash,
     object_name,
+    open_append,
     parse_object_name,
     write_atomic,
 )
@@ -49,7 +51,6 @@ BACKOFF_MAX = 60.0
 @dataclass
 class EpochProgress:
     total: int
-    logged: set[str]  # hashes a previous run published or skipped (freed once scheduled)
     finished: bytearray  # one byte per position in the epoch's order: published or skipped
     done: int = 0  # how many of ``finished`` are set
     scheduled: bool = False
@@ -84,6 +85,8 @@ class Downloader:
             epoch=0,
             epoch_objects=0,
             epoch_objects_done=0,
+            epoch_bytes=0,
+            epoch_bytes_done=0,
             window_bytes=0,
             window_limit=self.window.limit,
             activity="listing",
@@ -192,6 +195,7 @@ class Downloader:
     def _jobs(self) -> Iterator[Job]:
         count = self.config.epochs.count
         epoch = self._first_epoch()
+        bucket = self.config.source.bucket
         while count is None or epoch < count:
             order = epoch_permutation(
                 len(self.share),
@@ -199,22 +203,39 @@ class Downloader:
                 epoch=epoch,
                 shuffle=self.config.epochs.shuffle,
             )
-            progress = EpochProgress(len(order), self._read_log(epoch), bytearray(len(order)))
+            progress = EpochProgress(len(order), bytearray(len(order)))
             self.epochs[epoch] = progress
-            self.counters.update(epoch=epoch, epoch_objects=len(order))
-            bucket = self.config.source.bucket
+            done_bytes = self._mark_logged(epoch, order, progress)
+            self.counters.update(
+                epoch=epoch,
+                epoch_objects=len(order),
+                epoch_objects_done=progress.done,
+                epoch_bytes=self.share.total_size(),
+                epoch_bytes_done=done_bytes,
+            )
             for seq, row in enumerate(order):
+                if progress.finished[seq]:
+                    continue  # published or skipped before a restart
                 obj = self.share[row]
                 digest = key_hash(bucket, obj.key)
-                if digest in progress.logged:
-                    progress.mark(seq)  # published or skipped before a restart
-                    continue
                 name = object_name(epoch, seq, digest)
                 yield Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
             progress.scheduled = True
-            progress.logged = set()
             self._maybe_mark_downloaded(epoch)
             epoch += 1
+
+    def _mark_logged(self, epoch: int, order: array[int], progress: EpochProgress) -> int:
+        """Mark the objects a previous run published or skipped; returns their bytes."""
+        logged = self._read_log(epoch)
+        done_bytes = 0
+        if logged:
+            bucket = self.config.source.bucket
+            for seq, row in enumerate(order):
+                obj = self.share[row]
+                if key_hash(bucket, obj.key) in logged:
+                    progress.mark(seq)
+                    done_bytes += obj.size
+        return done_bytes
 
     def _first_epoch(self) -> int:
         epoch = 0
@@ -366,7 +387,7 @@ class Downloader:
     def _log(self, job: Job, kind: str) -> None:
         digest = parse_object_name(job.name)
         assert digest is not None
-        with self._log_path(job.epoch).open("a", encoding="ascii") as f:
+        with os.fdopen(open_append(self._log_path(job.epoch)), "a", encoding="ascii") as f:
             f.write(f"{kind} {digest[2]}\n")
 
     def _mark_done(self, job: Job) -> None:
@@ -374,6 +395,7 @@ class Downloader:
         progress.mark(job.seq)
         if job.epoch == self.counters["epoch"]:
             self.counters["epoch_objects_done"] = progress.done
+            self.counters["epoch_bytes_done"] += job.obj.size
         self._maybe_mark_downloaded(job.epoch)
 
     def _maybe_mark_downloaded(self, epoch: int) -> None:
