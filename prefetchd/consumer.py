@@ -62,21 +62,29 @@ def ready_files(
     _wait_for_dirs(layout, health)
     releaser = ShardReleaser.for_layout(layout)
     last_shard = time.monotonic()
-    with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
-        for k in epochs:
-            prefix = epoch_prefix(k)
-            while True:
-                path = _claim(layout, prefix, releaser)
-                if path is not None:
-                    last_shard = time.monotonic()
-                    yield path
-                    continue
-                if layout.complete_marker(k).exists() and not _ready_names(layout, prefix):
-                    break
-                health.check()
-                if timeout is not None and time.monotonic() - last_shard > timeout:
-                    raise TimeoutError(f"no new shard of epoch {k} for {timeout:g} s")
-                arrivals.read(_POLL)
+    # The time between asking for a shard and getting one (or the epoch's end) is the
+    # trainer waiting on data; the daemon reads it from our lock file (`consumer_wait_s`).
+    waiting = False
+    try:
+        with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
+            for k in epochs:
+                prefix = epoch_prefix(k)
+                while True:
+                    path = _claim(layout, prefix, releaser)
+                    if path is not None:
+                        last_shard = time.monotonic()
+                        waiting = releaser.end_wait(waiting, claimed=1)
+                        yield path
+                        continue
+                    if layout.complete_marker(k).exists() and not _ready_names(layout, prefix):
+                        break
+                    waiting = releaser.begin_wait(waiting)
+                    health.check()
+                    if timeout is not None and time.monotonic() - last_shard > timeout:
+                        raise TimeoutError(f"no new shard of epoch {k} for {timeout:g} s")
+                    arrivals.read(_POLL)
+    finally:
+        releaser.end_wait(waiting)
 
 
 def _ready_names(layout: Layout, prefix: str) -> list[str]:
@@ -135,6 +143,45 @@ class _DaemonHealth:
             )
 
 
+class ConsumerStats:
+    """How long one trainer process waited for shards, as read by the daemon's status.
+
+    Stored in ``consumers/<owner>.lock`` as one JSON object padded with spaces to
+    ``RECORD_SIZE`` bytes: ``{"pid", "wait_s", "waiting_since", "shards"}``. ``wait_s`` counts
+    finished waits; ``waiting_since`` (epoch seconds) is set while at least one of the process's
+    ``ready_files()`` iterators is waiting, so a reader adds the wait still in progress.
+    """
+
+    RECORD_SIZE = 256
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.wait_s = 0.0
+        self.waiters = 0
+        self.waiting_since: float | None = None
+        self.shards = 0
+
+    def begin(self, now: float) -> None:
+        if self.waiters == 0:
+            self.waiting_since = now
+        self.waiters += 1
+
+    def end(self, now: float) -> None:
+        self.waiters = max(0, self.waiters - 1)
+        if self.waiters == 0 and self.waiting_since is not None:
+            self.wait_s += max(0.0, now - self.waiting_since)
+            self.waiting_since = None
+
+    def encode(self) -> bytes:
+        record = {
+            "pid": self.pid,
+            "wait_s": round(self.wait_s, 3),
+            "waiting_since": self.waiting_since,
+            "shards": self.shards,
+        }
+        return json.dumps(record).encode().ljust(self.RECORD_SIZE)
+
+
 class ShardReleaser:
     """Deletes this process's claimed shards once they were opened and closed again.
 
@@ -148,13 +195,14 @@ class ShardReleaser:
     def for_layout(cls, layout: Layout) -> ShardReleaser:
         with cls._instances_lock:
             releaser = cls._instances.get(layout.ram_claimed)
-            if releaser is None or releaser.pid != os.getpid():  # after a fork, start anew
+            if releaser is None or releaser.pid != os.getpid() or releaser.stale():
                 releaser = cls(layout)
                 cls._instances[layout.ram_claimed] = releaser
             return releaser
 
     def __init__(self, layout: Layout) -> None:
         self.directory = layout.ram_claimed
+        self.inode = os.stat(self.directory).st_ino
         self.pid = os.getpid()
         self.owner = f"{self.pid}x{secrets.token_hex(4)}"
         # Held for the life of this process: the daemon tests it to find claims of dead trainers.
@@ -163,6 +211,8 @@ class ShardReleaser:
         tmp = lock.with_name(f".{lock.name}.tmp")
         self._alive_fd = create_exclusive(tmp)
         fcntl.flock(self._alive_fd, fcntl.LOCK_EX)
+        self._stats = ConsumerStats(self.pid)
+        os.pwrite(self._alive_fd, self._stats.encode(), 0)
         os.rename(tmp, lock)
         self._alive_lock = lock
         self.released = 0
@@ -173,6 +223,33 @@ class ShardReleaser:
         self._thread.start()
         atexit.register(self._at_exit)
 
+    def begin_wait(self, waiting: bool) -> bool:
+        """One ``ready_files()`` iterator starts waiting for a shard (if not already)."""
+        if not waiting:
+            with self._lock:
+                self._stats.begin(time.time())
+                self._write_stats()
+        return True
+
+    def end_wait(self, waiting: bool, *, claimed: int = 0) -> bool:
+        """That iterator got a shard (``claimed``) or stopped waiting."""
+        if waiting or claimed:
+            with self._lock:
+                if waiting:
+                    self._stats.end(time.time())
+                self._stats.shards += claimed
+                self._write_stats()
+        return False
+
+    def _write_stats(self) -> None:
+        """Publish the wait figures in our lock file, rewritten in place (fixed width, so a
+        reader never sees a shorter record's leftovers)."""
+        data = self._stats.encode()
+        try:
+            os.pwrite(self._alive_fd, data, 0)
+        except OSError as exc:  # statistics must never break the trainer
+            log.debug("cannot write consumer stats: %s", exc)
+
     def track(self, name: str) -> None:
         with self._lock:
             self._opens[name] = -1
@@ -181,6 +258,14 @@ class ShardReleaser:
         with self._lock:
             self._opens.pop(name, None)
 
+    def stale(self) -> bool:
+        """Whether ``claimed/`` was replaced (a fresh job recreated the RAM disk), so this
+        releaser's watch sees nothing any more; also true after a fork (another process)."""
+        try:
+            return os.stat(self.directory).st_ino != self.inode or os.getpid() != self.pid
+        except FileNotFoundError:
+            return True
+
     def pending(self) -> int:
         with self._lock:
             return len(self._opens)
@@ -188,7 +273,8 @@ class ShardReleaser:
     def flush(self) -> None:
         """Apply the events that already arrived (at exit, so finished shards are not left)."""
         with self._lock:
-            self._apply(self._watch.read_now())
+            if not self._watch.closed:
+                self._apply(self._watch.read_now())
 
     def _at_exit(self) -> None:
         self.flush()
@@ -196,13 +282,15 @@ class ShardReleaser:
             self._alive_lock.unlink(missing_ok=True)
 
     def _run(self) -> None:
-        while True:
+        while not self.stale():
             try:
                 if self._watch.wait(1.0):
                     self.flush()
             except Exception:  # the trainer must never die of this thread; log and go on
                 log.exception("shard releaser")
                 time.sleep(1.0)
+        with self._lock:
+            self._watch.close()
 
     def _apply(self, events: list[Event]) -> None:
         """Count opens and closes of our claims (called with ``_lock`` held)."""

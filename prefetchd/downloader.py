@@ -20,6 +20,7 @@ import logging
 import os
 import queue
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +33,12 @@ from prefetchd.layout import (
     TMP_SUFFIX,
     key_hash,
     object_name,
+    open_append,
     parse_object_name,
     write_atomic,
 )
-from prefetchd.order import SourceObject, epoch_order
+from prefetchd.order import epoch_permutation
+from prefetchd.share import ShareTable
 from prefetchd.store import Fault, boot_failure, classify, describe, list_share, make_client
 from prefetchd.transfer import IntegrityError, Job, make_transfer
 
@@ -48,8 +51,14 @@ BACKOFF_MAX = 60.0
 @dataclass
 class EpochProgress:
     total: int
-    done: set[str]  # hashes published or skipped
+    finished: bytearray  # one byte per position in the epoch's order: published or skipped
+    done: int = 0  # how many of ``finished`` are set
     scheduled: bool = False
+
+    def mark(self, seq: int) -> None:
+        if not self.finished[seq]:
+            self.finished[seq] = 1
+            self.done += 1
 
 
 class Downloader:
@@ -61,8 +70,8 @@ class Downloader:
         self.results: queue.Queue[Job] = queue.Queue()
         self.retry_queue: list[tuple[float, Job]] = []
         self.epochs: dict[int, EpochProgress] = {}
-        self.share: list[SourceObject] = []
-        self.in_flight = 0
+        self.share = ShareTable()
+        self.active: dict[str, Job] = {}  # prepared and not yet handled, by local name
         self.consecutive_faults = 0
         self.paused_until = 0.0
         self.pause_reason: str | None = None
@@ -76,6 +85,8 @@ class Downloader:
             epoch=0,
             epoch_objects=0,
             epoch_objects_done=0,
+            epoch_bytes=0,
+            epoch_bytes_done=0,
             window_bytes=0,
             window_limit=self.window.limit,
             activity="listing",
@@ -86,7 +97,9 @@ class Downloader:
     def run(self) -> None:
         client = make_client(self.config, pool=8)
         try:
-            self.share = list(list_share(client, self.config))
+            for obj in list_share(client, self.config):
+                self.share.append(obj)
+            self.share.finish()
         except RuntimeFailure:
             raise
         except Exception as exc:
@@ -98,11 +111,16 @@ class Downloader:
                 f"{self.config.sharding.worker_index} of {self.config.sharding.num_workers}"
             )
         log.info(
-            "%d objects, %.1f MiB in this host's share of %s",
+            "%d objects, %.1f MiB in this host's share of %s (listing held in %.1f MiB)",
             len(self.share),
-            sum(o.size for o in self.share) / 2**20,
+            self.share.total_size() / 2**20,
             self.config.source.url,
+            self.share.nbytes() / 2**20,
         )
+        if self.share.duplicates:
+            log.warning(
+                "%d keys were listed more than once; each is read once", self.share.duplicates
+            )
         self._recover()
         self.transfer = make_transfer(self.config, self.results.put)
         self.ctx.ready = True
@@ -114,7 +132,17 @@ class Downloader:
             finally:
                 self.transfer.shutdown()
                 self._drain_results()
+                self._abandon_unfinished()
         self.ctx.report(force=True)
+
+    def _abandon_unfinished(self) -> None:
+        """On stop: remove downloads that were cancelled before they finished."""
+        for job in self.active.values():
+            if job.fd >= 0:
+                os.close(job.fd)
+                job.fd = -1
+            job.tmp.unlink(missing_ok=True)
+        self.active.clear()
 
     def _recover(self) -> None:
         """Sweep what a previous run left behind; learn what is already on disk."""
@@ -167,26 +195,47 @@ class Downloader:
     def _jobs(self) -> Iterator[Job]:
         count = self.config.epochs.count
         epoch = self._first_epoch()
+        bucket = self.config.source.bucket
         while count is None or epoch < count:
-            order = epoch_order(
-                self.share,
+            order = epoch_permutation(
+                len(self.share),
                 seed=self.config.epochs.seed,
                 epoch=epoch,
                 shuffle=self.config.epochs.shuffle,
             )
-            progress = EpochProgress(total=len(order), done=self._read_log(epoch))
+            progress = EpochProgress(len(order), bytearray(len(order)))
             self.epochs[epoch] = progress
-            self.counters.update(epoch=epoch, epoch_objects=len(order))
-            bucket = self.config.source.bucket
-            for seq, obj in enumerate(order):
+            done_bytes = self._mark_logged(epoch, order, progress)
+            self.counters.update(
+                epoch=epoch,
+                epoch_objects=len(order),
+                epoch_objects_done=progress.done,
+                epoch_bytes=self.share.total_size(),
+                epoch_bytes_done=done_bytes,
+            )
+            for seq, row in enumerate(order):
+                if progress.finished[seq]:
+                    continue  # published or skipped before a restart
+                obj = self.share[row]
                 digest = key_hash(bucket, obj.key)
-                if digest in progress.done:
-                    continue
                 name = object_name(epoch, seq, digest)
                 yield Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
             progress.scheduled = True
             self._maybe_mark_downloaded(epoch)
             epoch += 1
+
+    def _mark_logged(self, epoch: int, order: array[int], progress: EpochProgress) -> int:
+        """Mark the objects a previous run published or skipped; returns their bytes."""
+        logged = self._read_log(epoch)
+        done_bytes = 0
+        if logged:
+            bucket = self.config.source.bucket
+            for seq, row in enumerate(order):
+                obj = self.share[row]
+                if key_hash(bucket, obj.key) in logged:
+                    progress.mark(seq)
+                    done_bytes += obj.size
+        return done_bytes
 
     def _first_epoch(self) -> int:
         epoch = 0
@@ -208,9 +257,9 @@ class Downloader:
                 current = next(jobs, None)
                 exhausted = current is None
             if current is None:
-                if exhausted and self.in_flight == 0 and not self.retry_queue:
+                if exhausted and not self.active and not self.retry_queue:
                     self.counters["activity"] = "finished"
-                    self.ctx.report()
+                    self._report()
                     self._apply_deletions(timeout=0.2)
                     continue
                 self._wait(0.05)
@@ -226,7 +275,7 @@ class Downloader:
                     continue
                 self.window.reserve(current.name, current.obj.size)
                 self.transfer.prepare(current)
-                self.in_flight += 1
+                self.active[current.name] = current
             self.counters["activity"] = "downloading"
             if self.transfer.submit_parts(current, timeout=0.05):
                 current = None
@@ -253,11 +302,7 @@ class Downloader:
             self.window.release(event.name.partition("-")[2])
 
     def _in_flight_sizes(self) -> dict[str, int]:
-        return {
-            name: size
-            for name, size in self.window.held.items()
-            if (self.layout.cache_tmp / (name + TMP_SUFFIX)).exists()
-        }
+        return {name: job.obj.size for name, job in self.active.items()}
 
     def _drain_results(self) -> None:
         while True:
@@ -270,7 +315,7 @@ class Downloader:
     # --- results ------------------------------------------------------------------------------
 
     def _handle(self, job: Job) -> None:
-        self.in_flight -= 1
+        self.active.pop(job.name, None)
         self.counters["retries"] += job.retries
         if job.error is None:
             self._publish(job)
@@ -342,19 +387,20 @@ class Downloader:
     def _log(self, job: Job, kind: str) -> None:
         digest = parse_object_name(job.name)
         assert digest is not None
-        with self._log_path(job.epoch).open("a", encoding="ascii") as f:
+        with os.fdopen(open_append(self._log_path(job.epoch)), "a", encoding="ascii") as f:
             f.write(f"{kind} {digest[2]}\n")
 
     def _mark_done(self, job: Job) -> None:
         progress = self.epochs[job.epoch]
-        progress.done.add(key_hash(self.config.source.bucket, job.obj.key))
+        progress.mark(job.seq)
         if job.epoch == self.counters["epoch"]:
-            self.counters["epoch_objects_done"] = len(progress.done)
+            self.counters["epoch_objects_done"] = progress.done
+            self.counters["epoch_bytes_done"] += job.obj.size
         self._maybe_mark_downloaded(job.epoch)
 
     def _maybe_mark_downloaded(self, epoch: int) -> None:
         progress = self.epochs[epoch]
-        if progress.scheduled and len(progress.done) >= progress.total:
+        if progress.scheduled and progress.done >= progress.total:
             marker = self.layout.downloaded_marker(epoch)
             if not marker.exists():
                 write_atomic(marker, json.dumps({"objects": progress.total}).encode())

@@ -34,25 +34,32 @@ from typing import Any
 from prefetchd.budget import ram_chunk
 from prefetchd.child import ChildContext
 from prefetchd.errors import CorruptObject
-from prefetchd.formats import Format, get_format
+from prefetchd.formats import Format, get_format, shuffled_object
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
     epoch_prefix,
+    open_append,
     parse_object_name,
     parse_shard_name,
     shard_name,
     write_atomic,
 )
-from prefetchd.order import mixing_rng
+from prefetchd.order import mixing_rng, object_rng
 from prefetchd.shards import Interrupted, RamBudget, ShardFile
 
 log = logging.getLogger(__name__)
 
 IDLE_FLUSH = 0.5  # seconds without input before a partial shard is published
 STARVED_FLUSH = 0.5  # age of a partial shard published early while ready/ is empty
+FILL_WAIT = 0.5  # seconds a writer waits for output.mix open objects before drawing anyway
 LISTING_MAX_AGE = 0.5
 JOURNAL_COMPACT_EVERY = 256
+# With epochs.shuffle, each open object's records come in a seeded random order: uncompressed
+# TFRecord objects are shuffled whole by offsets; other objects pass through a shuffle buffer,
+# and the buffers of all open objects together hold at most this much (or 256 KiB per object).
+SHUFFLE_BYTES = 32 * 1024 * 1024
+SHUFFLE_RECORDS = 65536
 
 
 @dataclass
@@ -82,8 +89,13 @@ class Writer:
         self.format: Format = get_format(self.config.source.format)
         out = self.config.output
         self.budget = RamBudget(
-            self.layout, out.ram_budget, ram_chunk(out.shard_size), self._waiting_for_ram
+            self.layout,
+            out.ram_budget,
+            ram_chunk(out.shard_size),
+            self._waiting_for_ram,
+            self._headroom,
         )
+        self.oldest_epoch = 0  # lowest epoch not yet complete, as far as this writer knows
         self.prefix = f"w{index}-"
         self.journal = self.layout.journal / f"w{index}.log"
         self.open: list[OpenObject] = []
@@ -167,6 +179,12 @@ class Writer:
             if not self.open:
                 self._idle()
                 continue
+            if self._filling():
+                self.counters["activity"] = "waiting for objects to mix"
+                self._report()
+                self.arrivals.read(timeout=0.05)
+                self.listed_at = 0.0
+                continue
             obj = (
                 self.open[self.rng.randrange(len(self.open))]
                 if len(self.open) > 1
@@ -202,6 +220,17 @@ class Writer:
                 return next(entries, None) is None
         except FileNotFoundError:
             return False
+
+    def _filling(self) -> bool:
+        """Whether to wait for more objects before drawing: records mix only across the open
+        objects, so while downloads trail the writers, drawing at once would mix few. A writer
+        draws once ``output.mix`` objects are open, its epoch has nothing more to download,
+        or ``FILL_WAIT`` seconds passed without a new object (e.g. the window is full)."""
+        if len(self.open) >= self.config.output.mix:
+            return False
+        if time.monotonic() - self.last_input >= FILL_WAIT:
+            return False
+        return not self.layout.downloaded_marker(self.open[0].epoch).exists()
 
     def _refill(self) -> None:
         while len(self.open) < self.config.output.mix:
@@ -279,7 +308,17 @@ class Writer:
             key = json.loads(meta_path.read_text(encoding="utf-8"))["key"]
         except (OSError, ValueError, KeyError):
             key = f"<unknown key of {name}>"
-        records = self.format.records(key, str(path))
+        if self.config.epochs.shuffle:
+            records = shuffled_object(
+                self.format,
+                key,
+                str(path),
+                object_rng(self.config.epochs.seed, parsed[0], key),
+                max_records=SHUFFLE_RECORDS,
+                max_bytes=max(256 * 1024, SHUFFLE_BYTES // self.config.output.mix),
+            )
+        else:
+            records = self.format.records(key, str(path))
         obj = OpenObject(name, key, parsed[0], path, records)
         for _ in range(resume_at):
             if next(records, None) is None:
@@ -295,8 +334,9 @@ class Writer:
                 self.rng = mixing_rng(self.config.epochs.seed, epoch, self.index)
             self.shard_epoch = epoch
             self.counters["epoch"] = epoch
-            name = shard_name(epoch, self.index, self.commit.counter)
-            self.shard = ShardFile(self.layout, name, self.budget)
+            gzip = self.config.output.compression == "gzip"
+            name = shard_name(epoch, self.index, self.commit.counter, gzip=gzip)
+            self.shard = ShardFile(self.layout, name, self.budget, gzip=gzip)
             self.shard_checked = time.monotonic()
         return self.shard
 
@@ -345,7 +385,7 @@ class Writer:
             write_atomic(self.journal, line.encode(), fsync=True)  # only the last entry matters
             self.journal_lines = 1
             return
-        with self.journal.open("a", encoding="utf-8") as f:
+        with os.fdopen(open_append(self.journal), "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
@@ -357,6 +397,20 @@ class Writer:
         ):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+    def _headroom(self) -> int:
+        """Room a shard of a later epoch must leave free for the oldest incomplete one.
+
+        Trainers read epochs in order. If shards of epoch k+1 could fill the RAM budget while a
+        writer still holds records of epoch k, epoch k could never finish and no trainer would
+        ever free the budget. So only the oldest incomplete epoch may use the last
+        ``writers x chunk`` bytes.
+        """
+        while self.layout.complete_marker(self.oldest_epoch).exists():
+            self.oldest_epoch += 1
+        if self.shard_epoch is None or self.shard_epoch <= self.oldest_epoch:
+            return 0
+        return self.config.output.writers * self.budget.chunk
 
     def _waiting_for_ram(self) -> bool:
         """Called while blocked on the RAM budget: stay visibly alive; say whether to stop."""
