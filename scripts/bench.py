@@ -493,6 +493,12 @@ def _terminate(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     args = parse_args(argv)
+    if args.report:  # re-render table, results.md and plot from a results.json
+        saved = json.loads(Path(args.report).read_text())
+        runs = saved.pop("runs")
+        for key in ("summary", "ratios", "bars"):
+            saved.pop(key, None)
+        return report(runs, saved, Path(args.report).parent)
     missing = missing_packages()
     if missing:
         print(
@@ -669,7 +675,7 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
     summary = bench_report.summarize(runs)
     rat = bench_report.ratios(summary)
     checked = bench_report.bars(summary, rat)
-    meta["load_at_end"] = os.getloadavg()
+    meta.setdefault("load_at_end", os.getloadavg())
     write_json(
         out,
         meta,
@@ -759,6 +765,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="results directory (default bench-results/<time>)")
+    p.add_argument("--report", metavar="RESULTS_JSON", help="only re-render a run's report")
     p.add_argument("--in-netns", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.argv = [a for a in (argv if argv is not None else sys.argv[1:])]

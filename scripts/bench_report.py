@@ -17,6 +17,7 @@ CEILINGS = ("ceiling", "ceiling-crt")  # s5cmd and awscrt: the ratio uses the fa
 PREFETCHD = ("prefetchd", "prefetchd-crt")
 METRICS = (
     "mb_s",
+    "steady_mb_s",
     "records_s",
     "trainer_cpu_s_per_gb",
     "daemon_cpu_s_per_gb",
@@ -41,12 +42,22 @@ def median_or_none(values: Iterable[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+def steady_mb_s(run: dict[str, Any]) -> float | None:
+    """MB/s after the first batch: the rate once the pipeline runs, without its start-up (the
+    first batch's own bytes are counted in, so this is a slight overestimate)."""
+    wall, first, size = run.get("wall_s"), run.get("first_batch_s"), run.get("bytes")
+    if wall is None or first is None or size is None or wall <= first:
+        return None
+    return float(size) / (wall - first) / 1e6
+
+
 def summarize(runs: Sequence[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
     """Median of every metric over the repeats of each (network, dataset, loader)."""
     groups: dict[Key, list[dict[str, Any]]] = {}
     for run in runs:
         if run.get("error"):
             continue
+        run = {**run, "steady_mb_s": steady_mb_s(run)}
         groups.setdefault((run["network"], run["dataset"], run["loader"]), []).append(run)
     out: dict[Key, dict[str, Any]] = {}
     for key, group in groups.items():
@@ -103,6 +114,8 @@ def bars(
         out.append({"bar": what, "value": value, "limit": bar, "met": met})
 
     for (network, dataset, loader), r in sorted(rat.items()):
+        if dataset.endswith("/gil"):
+            continue  # the GIL runs do Python work per batch: they are not throughput runs
         tag = f"{network}/{dataset}/{loader}"
         if network == "shaped":
             add(f"{tag}: ÷ baseline", r["vs_baseline"], BAR_VS_BASELINE, True)
@@ -126,7 +139,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 def table(summary: dict[Key, dict[str, Any]], rat: dict[Key, dict[str, float | None]]) -> str:
     """A Markdown table (readable on a terminal too): one row per network/dataset/loader."""
     head = (
-        "| network | dataset | loader | MB/s | rec/s | trainer CPU s/GB | daemon CPU s/GB "
+        "| network | dataset | loader | MB/s | steady MB/s | rec/s | trainer CPU s/GB "
+        "| daemon CPU s/GB "
         "| daemon RSS MiB | RAM disk MiB | 1st batch s | py work ms | step ms "
         "| ÷ceiling | ÷baseline | CPU÷floor | work÷floor |"
     )
@@ -142,6 +156,7 @@ def table(summary: dict[Key, dict[str, Any]], rat: dict[Key, dict[str, float | N
                 [
                     *key,
                     _fmt(row["mb_s"], 0),
+                    _fmt(row["steady_mb_s"], 0),
                     _fmt(row["records_s"], 0),
                     _fmt(row["trainer_cpu_s_per_gb"], 2),
                     _fmt(row["daemon_cpu_s_per_gb"], 2),

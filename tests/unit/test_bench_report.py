@@ -114,3 +114,9 @@ def test_sweep_points_vary_one_knob_at_a_time() -> None:
     pts = bench_sweep.points(quick=True)
     assert {p[0] for p in pts} == set(bench_sweep.QUICK_KNOBS)
     assert ("download.concurrency", "download__concurrency", 32) in pts
+
+
+def test_ratio_to_ceiling_uses_the_faster_of_the_two_ceilings() -> None:
+    runs = [run("ceiling", 300), run("ceiling-crt", 450), run("prefetchd", 360)]
+    summary = bench_report.summarize(runs)
+    assert bench_report.ratios(summary)[("shaped", "large", "prefetchd")]["vs_ceiling"] == 0.8
