@@ -385,6 +385,7 @@ class Bench:
             "records": result["records"],
             "first_batch_s": result["first_batch_s"],
             "trainer_cpu_s_per_gb": result["trainer_cpu_s"] / gb,
+            "trainer_cpu_steady_s_per_gb": result["trainer_cpu_steady_s"] / gb,
             "trainer_rss_peak_mib": max(sampler.trainer_rss, result["trainer_rss_bytes"]) / MiB,
             "daemon_cpu_s_per_gb": None if daemon_cpu is None else daemon_cpu / gb,
             "daemon_rss_peak_mib": sampler.daemon_rss / MiB if daemon is not None else None,

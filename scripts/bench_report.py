@@ -20,6 +20,7 @@ METRICS = (
     "steady_mb_s",
     "records_s",
     "trainer_cpu_s_per_gb",
+    "trainer_cpu_steady_s_per_gb",
     "daemon_cpu_s_per_gb",
     "daemon_rss_peak_mib",
     "ram_peak_mib",
@@ -48,7 +49,7 @@ def steady_mb_s(run: dict[str, Any]) -> float | None:
     wall, first, size = run.get("wall_s"), run.get("first_batch_s"), run.get("bytes")
     if wall is None or first is None or size is None or wall <= first:
         return None
-    return float(size) / (wall - first) / 1e6
+    return float(size) / (float(wall) - float(first)) / 1e6
 
 
 def summarize(runs: Sequence[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
@@ -96,6 +97,9 @@ def ratios(summary: dict[Key, dict[str, Any]]) -> dict[Key, dict[str, float | No
             "cpu_vs_floor": ratio(
                 row["trainer_cpu_s_per_gb"], other("floor", "trainer_cpu_s_per_gb")
             ),
+            "steady_cpu_vs_floor": ratio(
+                row["trainer_cpu_steady_s_per_gb"], other("floor", "trainer_cpu_steady_s_per_gb")
+            ),
             "work_vs_floor": ratio(row["work_ms_median"], other("floor", "work_ms_median")),
         }
     return out
@@ -140,9 +144,9 @@ def table(summary: dict[Key, dict[str, Any]], rat: dict[Key, dict[str, float | N
     """A Markdown table (readable on a terminal too): one row per network/dataset/loader."""
     head = (
         "| network | dataset | loader | MB/s | steady MB/s | rec/s | trainer CPU s/GB "
-        "| daemon CPU s/GB "
+        "| steady trainer CPU s/GB | daemon CPU s/GB "
         "| daemon RSS MiB | RAM disk MiB | 1st batch s | py work ms | step ms "
-        "| ÷ceiling | ÷baseline | CPU÷floor | work÷floor |"
+        "| ÷ceiling | ÷baseline | CPU÷floor | steady CPU÷floor | work÷floor |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     order = {name: i for i, name in enumerate(LOADERS)}
@@ -159,6 +163,7 @@ def table(summary: dict[Key, dict[str, Any]], rat: dict[Key, dict[str, float | N
                     _fmt(row["steady_mb_s"], 0),
                     _fmt(row["records_s"], 0),
                     _fmt(row["trainer_cpu_s_per_gb"], 2),
+                    _fmt(row["trainer_cpu_steady_s_per_gb"], 2),
                     _fmt(row["daemon_cpu_s_per_gb"], 2),
                     _fmt(row["daemon_rss_peak_mib"], 0),
                     _fmt(row["ram_peak_mib"], 0),
@@ -168,6 +173,7 @@ def table(summary: dict[Key, dict[str, Any]], rat: dict[Key, dict[str, float | N
                     _fmt(r.get("vs_ceiling"), 2),
                     _fmt(r.get("vs_baseline"), 2),
                     _fmt(r.get("cpu_vs_floor"), 2),
+                    _fmt(r.get("steady_cpu_vs_floor"), 2),
                     _fmt(r.get("work_vs_floor"), 2),
                 ]
             )
