@@ -72,6 +72,8 @@ class Downloader:
         self.epochs: dict[int, EpochProgress] = {}
         self.share = ShareTable()
         self.active: dict[str, Job] = {}  # prepared and not yet handled, by local name
+        self.meta_written: set[str] = set()  # names whose meta a transfer thread wrote
+        self.log_fds: dict[int, int] = {}  # epoch -> its progress log, open for appending
         self.consecutive_faults = 0
         self.paused_until = 0.0
         self.pause_reason: str | None = None
@@ -122,7 +124,7 @@ class Downloader:
                 "%d keys were listed more than once; each is read once", self.share.duplicates
             )
         self._recover()
-        self.transfer = make_transfer(self.config, self.results.put)
+        self.transfer = make_transfer(self.config, self._transfer_done)
         self.ctx.ready = True
         self.ctx.report(force=True)
         with Watch(self.layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions:
@@ -133,6 +135,9 @@ class Downloader:
                 self.transfer.shutdown()
                 self._drain_results()
                 self._abandon_unfinished()
+                for fd in self.log_fds.values():
+                    os.close(fd)
+                self.log_fds.clear()
         self.ctx.report(force=True)
 
     def _abandon_unfinished(self) -> None:
@@ -349,9 +354,28 @@ class Downloader:
             self.counters["retries"] += 1
             self._retry(job, delay=delay, count_attempt=False)
 
-    def _publish(self, job: Job) -> None:
+    def _transfer_done(self, job: Job) -> None:
+        """The transfer's ``done``, on one of its threads: write a fetched object's meta there,
+        in parallel, so the main loop that feeds every request spends less of its time on file
+        creates (each one gives up the GIL and waits to get it back from 32 busy threads).
+        A meta without its object is swept at start-up, so writing it early is safe."""
+        if job.error is None:
+            try:
+                self._write_meta(job)
+                self.meta_written.add(job.name)
+            except OSError:
+                pass  # _publish writes it again, and fails loudly if it must
+        self.results.put(job)
+
+    def _write_meta(self, job: Job) -> None:
         meta = {"key": job.obj.key, "size": job.obj.size, "etag": job.obj.etag, "epoch": job.epoch}
         write_atomic(self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode())
+
+    def _publish(self, job: Job) -> None:
+        if job.name in self.meta_written:
+            self.meta_written.discard(job.name)
+        else:
+            self._write_meta(job)
         self._log(job, "P")
         os.rename(job.tmp, self.layout.cache_ready / job.name)
         self.counters["objects_downloaded"] += 1
@@ -387,8 +411,10 @@ class Downloader:
     def _log(self, job: Job, kind: str) -> None:
         digest = parse_object_name(job.name)
         assert digest is not None
-        with os.fdopen(open_append(self._log_path(job.epoch)), "a", encoding="ascii") as f:
-            f.write(f"{kind} {digest[2]}\n")
+        fd = self.log_fds.get(job.epoch)
+        if fd is None:  # kept open: one write per object, not open + write + close
+            fd = self.log_fds[job.epoch] = open_append(self._log_path(job.epoch))
+        os.write(fd, f"{kind} {digest[2]}\n".encode("ascii"))
 
     def _mark_done(self, job: Job) -> None:
         progress = self.epochs[job.epoch]
@@ -401,6 +427,9 @@ class Downloader:
     def _maybe_mark_downloaded(self, epoch: int) -> None:
         progress = self.epochs[epoch]
         if progress.scheduled and progress.done >= progress.total:
+            fd = self.log_fds.pop(epoch, None)
+            if fd is not None:
+                os.close(fd)  # nothing more to log; the supervisor removes it once complete
             marker = self.layout.downloaded_marker(epoch)
             if not marker.exists():
                 write_atomic(marker, json.dumps({"objects": progress.total}).encode())

@@ -115,7 +115,7 @@ class ClassicTransfer:
         job.retries = 0
         job.md5 = None
         job.fd = create_exclusive(job.tmp, readable=True)  # read back for the MD5
-        if size:
+        if job.ranges:  # parts land out of order; a single GET only appends
             os.ftruncate(job.fd, size)
 
     def submit_parts(self, job: Job, timeout: float) -> bool:
