@@ -92,12 +92,16 @@ def medians(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[st
     """(knob, value, dataset) -> median of each metric over repeats (pure)."""
     import statistics
 
+    from bench_report import steady_mb_s
+
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in results:
         if not r.get("error"):
-            groups.setdefault((r["knob"], str(r["value"]), r["dataset"]), []).append(r)
+            row = {**r, "steady_mb_s": steady_mb_s(r) or 0.0}
+            groups.setdefault((r["knob"], str(r["value"]), r["dataset"]), []).append(row)
     metrics = (
         "mb_s",
+        "steady_mb_s",
         "daemon_rss_peak_mib",
         "ram_peak_mib",
         "first_batch_s",
@@ -111,13 +115,14 @@ def medians(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[st
 
 def sweep_table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| knob | value | dataset | MB/s | daemon CPU s/GB | daemon RSS MiB | RAM disk MiB "
-        "| 1st batch s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| knob | value | dataset | MB/s | steady MB/s | daemon CPU s/GB | daemon RSS MiB "
+        "| RAM disk MiB | 1st batch s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for (knob, value, dataset), m in medians(results).items():
         lines.append(
-            f"| {knob} | {value} | {dataset} | {m['mb_s']:.0f} | {m['daemon_cpu_s_per_gb']:.1f} "
+            f"| {knob} | {value} | {dataset} | {m['mb_s']:.0f} | {m['steady_mb_s']:.0f} "
+            f"| {m['daemon_cpu_s_per_gb']:.1f} "
             f"| {m['daemon_rss_peak_mib']:.0f} | {m['ram_peak_mib']:.0f} "
             f"| {m['first_batch_s']:.2f} |"
         )
