@@ -62,6 +62,7 @@ BENCH_PACKAGES = {  # import name -> what to install
 }
 INSTALL_HINT = "pip install -e '.[bench]'   (or scripts/bench.sh, which sets up .venv itself)"
 TRAINER_TIMEOUT = 900.0
+QUICK_GIL_LOADERS = ("baseline", "prefetchd", "floor")  # --quick: the GIL measure for these
 DAEMON_EXIT_TIMEOUT = 30.0
 
 
@@ -621,7 +622,9 @@ def run_phase(
         last_of_repeat = i + 1 == len(plan) or plan[i + 1][0] != repeat
         if last_of_repeat and args.gil_work:
             for loader in args.loaders:
-                if loader not in bench_report.CEILINGS:
+                if loader not in bench_report.CEILINGS and (
+                    not args.quick or loader in QUICK_GIL_LOADERS
+                ):
                     runs.append(
                         one_run(
                             bench, datasets[gil_dataset], loader, network, repeat, args.gil_work
@@ -774,9 +777,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.argv = args.argv[: args.argv.index("--in-netns")]
     quick = args.quick
     args.repeats = args.repeats or (1 if quick else 3)
-    args.large_objects = args.large_objects or (3 if quick else 16)
-    args.medium_objects = args.medium_objects or (40 if quick else 150)
-    args.small_objects = args.small_objects or (400 if quick else 2000)
+    args.large_objects = args.large_objects or (2 if quick else 16)
+    args.medium_objects = args.medium_objects or (24 if quick else 150)
+    args.small_objects = args.small_objects or (240 if quick else 2000)
     bad = set(args.loaders) - set(bench_report.LOADERS)
     if bad:
         p.error(f"unknown loaders {sorted(bad)}; choose from {', '.join(bench_report.LOADERS)}")
