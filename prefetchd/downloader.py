@@ -36,13 +36,23 @@ from prefetchd.layout import (
     write_atomic,
 )
 from prefetchd.order import SourceObject, epoch_order
-from prefetchd.store import Fault, boot_failure, classify, describe, list_share, make_client
+from prefetchd.store import (
+    Fault,
+    boot_failure,
+    classify,
+    describe,
+    is_plain_md5,
+    list_share,
+    make_client,
+)
+from prefetchd.tfrecord import FramingError, read_records
 from prefetchd.transfer import IntegrityError, Job, make_transfer
 
 log = logging.getLogger(__name__)
 
 MAX_INTEGRITY_ATTEMPTS = 3
 BACKOFF_MAX = 60.0
+_CHECK_BUFFER = 1024 * 1024
 
 
 @dataclass
@@ -273,6 +283,8 @@ class Downloader:
         self.in_flight -= 1
         self.counters["retries"] += job.retries
         if job.error is None:
+            job.error = self._check_records(job)
+        if job.error is None:
             self._publish(job)
             self.consecutive_faults = 0
             return
@@ -303,6 +315,21 @@ class Downloader:
             self.ctx.error(key, describe(error))
             self.counters["retries"] += 1
             self._retry(job, delay=delay, count_attempt=False)
+
+    def _check_records(self, job: Job) -> IntegrityError | None:
+        """Without an MD5 ETag (multipart uploads) nothing checked the bytes end to end; for
+        TFRecord input the records' CRCs still can, before a writer ever sees them."""
+        if self.config.source.format != "tfrecord" or is_plain_md5(job.obj.etag):
+            return None
+        if job.obj.key.endswith((".gz", ".zst")):
+            return None
+        try:
+            with open(job.tmp, "rb", buffering=_CHECK_BUFFER) as f:
+                for _ in read_records(f):
+                    pass
+        except FramingError as exc:
+            return IntegrityError(f"TFRecord CRC check failed {exc}")
+        return None
 
     def _publish(self, job: Job) -> None:
         meta = {"key": job.obj.key, "size": job.obj.size, "etag": job.obj.etag, "epoch": job.epoch}

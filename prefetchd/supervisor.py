@@ -113,6 +113,7 @@ class Supervisor:
                 time.sleep(TICK)
         finally:
             self._stop_children()
+            self._collect_reports()  # the children's last words: final counters
             self._publish_status(force=True)
             os.close(self._lock_fd)
         if self.state is DaemonState.FAILED:
@@ -215,13 +216,17 @@ class Supervisor:
             child.state = ChildState.STARTING  # BACKOFF -> STARTING
         log.debug("started %s (pid %s)", child.name, child.pid)
 
-    def _reap_and_restart(self) -> None:
+    def _collect_reports(self) -> None:
         reports = read_children(self.layout)
-        now = time.monotonic()
         for child in self.children:
             report = reports.get(child.name)
             if report and report.get("pid") == child.pid:
                 child.last_report = report
+
+    def _reap_and_restart(self) -> None:
+        self._collect_reports()
+        now = time.monotonic()
+        for child in self.children:
             if child.state is ChildState.BACKOFF:
                 if now >= child.next_start:
                     child.restarts += 1
