@@ -113,12 +113,14 @@ class Downloader:
             sum(o.size for o in self.share) / 2**20,
             self.config.source.url,
         )
-        self._recover()
-        self.transfer = make_transfer(self.config, self.results.put)
-        self.ctx.ready = True
-        self.ctx.report(force=True)
+        # Watch before the start-up scan: a writer that deletes an object while we scan (its
+        # own recovery) must still free the window, or those bytes would be held for ever.
         with Watch(self.layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions:
             self.deletions = deletions
+            self._recover()
+            self.transfer = make_transfer(self.config, self.results.put)
+            self.ctx.ready = True
+            self.ctx.report(force=True)
             try:
                 self._loop()
             finally:
