@@ -29,6 +29,7 @@ from prefetchd.layout import (
     Layout,
     dir_bytes,
     epoch_prefix,
+    holds_lock,
     parse_claim_name,
     write_atomic,
 )
@@ -357,12 +358,12 @@ class Supervisor:
                 continue
             owner, shard = parsed
             if owner not in dead:
-                dead[owner] = not _holds_lock(lay.consumer_lock(owner))
+                dead[owner] = not holds_lock(lay.consumer_lock(owner))
             if dead[owner]:
                 log.warning("trainer %s died holding %s; returning it to ready/", owner, shard)
                 os.rename(lay.ram_claimed / name, lay.ram_ready / shard)
         for lock in lay.ram_consumers.glob("*.lock"):
-            is_dead = dead[lock.stem] if lock.stem in dead else not _holds_lock(lock)
+            is_dead = dead[lock.stem] if lock.stem in dead else not holds_lock(lock)
             if is_dead:
                 lock.unlink(missing_ok=True)
 
@@ -451,18 +452,3 @@ def _count(directory: Path) -> int:
         return len(os.listdir(directory))
     except FileNotFoundError:
         return 0
-
-
-def _holds_lock(path: Path) -> bool:
-    """Whether some live process holds the flock on ``path`` (a trainer's liveness lock)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False

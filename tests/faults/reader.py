@@ -1,13 +1,14 @@
 """A light trainer process for the fault tests: ``ready_files()`` and a CRC-checking reader,
 without TensorFlow (whose start-up would dominate these tests; the e2e tests read with TF).
 
-    python reader.py CONFIG OUT.json [--epoch K] [--delay S] [--timeout S]
-                     [--position IN.json] [--save-position FILE] [--crash-after N]
+    python reader.py CONFIG OUT.json [--epoch K] [--delay S] [--timeout S] [--resumable]
+                     [--checkpoint FILE [--checkpoint-every N]] [--resume FILE]
+                     [--crash-after N]
 
-Writes ``{"shards": [...], "records": [[epoch, id], ...]}``. ``--save-position FILE`` saves
-``files.position()`` after every shard, as a trainer saves it with its checkpoint;
-``--crash-after N`` then dies with SIGKILL (no clean-up) after reading N shards. ``--position``
-resumes from a saved position.
+Writes ``{"shards": [...], "records": [[epoch, id], ...]}``. ``--checkpoint FILE`` saves, every
+N shards, what a trainer's checkpoint holds: the records trained on so far and (with
+``--resumable``) ``files.position()``. ``--crash-after N`` dies by SIGKILL (no clean-up) after
+reading N shards. ``--resume FILE`` starts from the position in a checkpoint.
 """
 
 from __future__ import annotations
@@ -36,16 +37,18 @@ def main() -> int:
     parser.add_argument("--epoch", type=int, default=None)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--position", default=None)
-    parser.add_argument("--save-position", default=None)
+    parser.add_argument("--resumable", action="store_true")
+    parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--checkpoint-every", type=int, default=1)
+    parser.add_argument("--resume", default=None)
     parser.add_argument("--crash-after", type=int, default=None)
     args = parser.parse_args()
-    kwargs = {}
-    if args.position:
-        kwargs["position"] = json.loads(Path(args.position).read_text())
-    elif args.save_position:
-        kwargs["position"] = {}
-    files = ready_files(args.config, epoch=args.epoch, timeout=args.timeout, **kwargs)
+    position = None
+    if args.resume:
+        position = json.loads(Path(args.resume).read_text())["position"]
+    elif args.resumable:
+        position = {}
+    files = ready_files(args.config, epoch=args.epoch, timeout=args.timeout, position=position)
     shards: list[str] = []
     records: list[tuple[int, int]] = []
     out = Path(args.out)
@@ -57,12 +60,13 @@ def main() -> int:
             ids = [int(decode_example(r)["id"]) for r in read_records(f)]
         shards.append(name)
         records.extend((parsed[0], i) for i in ids)
-        if args.save_position:
-            # The trainer's checkpoint: the records it trained on and the position, together.
-            state = {"shards": shards, "records": records, "position": files.position()}
+        if args.checkpoint and len(shards) % args.checkpoint_every == 0:
+            state = {"shards": shards, "records": records}
+            if position is not None:
+                state["position"] = files.position()
             tmp = out.with_suffix(".tmp")
             tmp.write_text(json.dumps(state))
-            os.replace(tmp, args.save_position)
+            os.replace(tmp, args.checkpoint)
         if args.crash_after is not None and len(shards) >= args.crash_after:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(args.delay)
