@@ -15,6 +15,7 @@ When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -287,9 +288,10 @@ class Downloader:
         if job.error is None:
             job.error = self._check_records(job)
         if job.error is None:
-            self._publish(job)
-            self.consecutive_faults = 0
-            return
+            job.error = self._try_publish(job)
+            if job.error is None:
+                self.consecutive_faults = 0
+                return
         self._discard(job)
         if self.ctx.stopping:
             return
@@ -311,6 +313,8 @@ class Downloader:
             self.consecutive_faults += 1
             delay = min(BACKOFF_MAX, 2.0 ** min(self.consecutive_faults, 6))
             reason = "access denied" if fault is Fault.DENIED else "store errors"
+            if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+                reason = f"download.cache_dir {self.layout.cache} is full"
             self.pause_reason = f"{reason} ({describe(error)}), retrying in {delay:.0f}s"
             self.paused_until = time.monotonic() + delay
             log.warning("%s: %s; pausing downloads for %.0fs", key, describe(error), delay)
@@ -331,6 +335,18 @@ class Downloader:
                     pass
         except FramingError as exc:
             return IntegrityError(f"TFRecord CRC check failed {exc}")
+        return None
+
+    def _try_publish(self, job: Job) -> OSError | None:
+        """Publish; a full cache disk (ENOSPC) is returned as the job's error, to be retried
+        after a pause like a store error — the object was not logged, so nothing is lost."""
+        try:
+            self._publish(job)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)
+            return exc
         return None
 
     def _publish(self, job: Job) -> None:
