@@ -152,7 +152,9 @@ class ReadyFiles(Iterator[str]):
             raise ValueError("position() needs a resumable stream: ready_files(..., position={})")
         self._free(self._covered)
         self._covered, self._since = self._since, []
-        consumed = [n.partition("-")[2] for n in self._covered]
+        # Shards the saved position covered that have not come back yet (their dead owner's
+        # claims are returned about once a second) stay covered by this one too.
+        consumed = [n.partition("-")[2] for n in self._covered] + sorted(self._skip)
         # A retained shard of an earlier epoch may come back after a crash: resume from there.
         epochs = [p[0] for p in map(parse_shard_name, consumed) if p is not None]
         return Position(min([self._epoch, *epochs]), frozenset(consumed)).to_json()
@@ -181,6 +183,8 @@ class ReadyFiles(Iterator[str]):
                         yield str(layout.ram_claimed / claimed)
                         continue
                     if self._epoch_over(k, prefix, releaser.owner):
+                        # nothing of epoch k can come back now: forget its covered shards
+                        self._skip = {n for n in self._skip if not n.startswith(prefix)}
                         break
                     health.check()
                     if self._timeout is not None and time.monotonic() - last_shard > self._timeout:

@@ -23,6 +23,7 @@ import http.client
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -69,7 +70,7 @@ class FaultProxy:
         self.requests: list[Request] = []
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self.server = _Server(("127.0.0.1", 0), _handler_for(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -123,6 +124,14 @@ class FaultProxy:
                 break
             self.requests.append(Request(method, key, ranged, chosen.action if chosen else None))
             return chosen
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away (a SIGKILLed daemon, a reset we injected) is normal here."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 def _object_key(path: str) -> tuple[str, bool]:
