@@ -306,13 +306,14 @@ class ShardReleaser:
     def for_layout(cls, layout: Layout) -> ShardReleaser:
         with cls._instances_lock:
             releaser = cls._instances.get(layout.ram_claimed)
-            if releaser is None or releaser.pid != os.getpid():  # after a fork, start anew
+            if releaser is None or releaser.pid != os.getpid() or releaser.stale():
                 releaser = cls(layout)
                 cls._instances[layout.ram_claimed] = releaser
             return releaser
 
     def __init__(self, layout: Layout) -> None:
         self.directory = layout.ram_claimed
+        self.inode = os.stat(self.directory).st_ino
         self.pid = os.getpid()
         self.owner = f"{self.pid}x{secrets.token_hex(4)}"
         # Held for the life of this process: the daemon tests it to find claims of dead trainers.
@@ -344,6 +345,14 @@ class ShardReleaser:
             self._opens.pop(name, None)
             self._retained.discard(name)
 
+    def stale(self) -> bool:
+        """Whether ``claimed/`` was replaced (a fresh job recreated the RAM disk), so this
+        releaser's watch sees nothing any more; also true after a fork (another process)."""
+        try:
+            return os.stat(self.directory).st_ino != self.inode or os.getpid() != self.pid
+        except FileNotFoundError:
+            return True
+
     def pending(self) -> int:
         with self._lock:
             return len(self._opens)
@@ -351,7 +360,8 @@ class ShardReleaser:
     def flush(self) -> None:
         """Apply the events that already arrived (at exit, so finished shards are not left)."""
         with self._lock:
-            self._apply(self._watch.read_now())
+            if not self._watch.closed:
+                self._apply(self._watch.read_now())
 
     def _at_exit(self) -> None:
         self.flush()
@@ -359,13 +369,15 @@ class ShardReleaser:
             self._alive_lock.unlink(missing_ok=True)
 
     def _run(self) -> None:
-        while True:
+        while not self.stale():
             try:
                 if self._watch.wait(1.0):
                     self.flush()
             except Exception:  # the trainer must never die of this thread; log and go on
                 log.exception("shard releaser")
                 time.sleep(1.0)
+        with self._lock:
+            self._watch.close()
 
     def _apply(self, events: list[Event]) -> None:
         """Count opens and closes of our claims (called with ``_lock`` held)."""

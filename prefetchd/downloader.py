@@ -73,7 +73,7 @@ class Downloader:
         self.retry_queue: list[tuple[float, Job]] = []
         self.epochs: dict[int, EpochProgress] = {}
         self.share: list[SourceObject] = []
-        self.in_flight = 0
+        self.active: dict[str, Job] = {}  # prepared and not yet handled, by local name
         self.consecutive_faults = 0
         self.paused_until = 0.0
         self.pause_reason: str | None = None
@@ -127,7 +127,17 @@ class Downloader:
             finally:
                 self.transfer.shutdown()
                 self._drain_results()
+                self._abandon_unfinished()
         self.ctx.report(force=True)
+
+    def _abandon_unfinished(self) -> None:
+        """On stop: remove downloads that were cancelled before they finished."""
+        for job in self.active.values():
+            if job.fd >= 0:
+                os.close(job.fd)
+                job.fd = -1
+            job.tmp.unlink(missing_ok=True)
+        self.active.clear()
 
     def _recover(self) -> None:
         """Sweep what a previous run left behind; learn what is already on disk."""
@@ -221,9 +231,9 @@ class Downloader:
                 current = next(jobs, None)
                 exhausted = current is None
             if current is None:
-                if exhausted and self.in_flight == 0 and not self.retry_queue:
+                if exhausted and not self.active and not self.retry_queue:
                     self.counters["activity"] = "finished"
-                    self.ctx.report()
+                    self._report()
                     self._apply_deletions(timeout=0.2)
                     continue
                 self._wait(0.05)
@@ -239,7 +249,7 @@ class Downloader:
                     continue
                 self.window.reserve(current.name, current.obj.size)
                 self.transfer.prepare(current)
-                self.in_flight += 1
+                self.active[current.name] = current
             self.counters["activity"] = "downloading"
             if self.transfer.submit_parts(current, timeout=0.05):
                 current = None
@@ -266,11 +276,7 @@ class Downloader:
             self.window.release(event.name.partition("-")[2])
 
     def _in_flight_sizes(self) -> dict[str, int]:
-        return {
-            name: size
-            for name, size in self.window.held.items()
-            if (self.layout.cache_tmp / (name + TMP_SUFFIX)).exists()
-        }
+        return {name: job.obj.size for name, job in self.active.items()}
 
     def _drain_results(self) -> None:
         while True:
@@ -283,7 +289,7 @@ class Downloader:
     # --- results ------------------------------------------------------------------------------
 
     def _handle(self, job: Job) -> None:
-        self.in_flight -= 1
+        self.active.pop(job.name, None)
         self.counters["retries"] += job.retries
         if job.error is None:
             job.error = self._check_records(job)

@@ -53,7 +53,7 @@ class Watch:
         if fd < 0:
             err = ctypes.get_errno()
             raise OSError(err, f"inotify_init1: {os.strerror(err)}")
-        self._fd = fd
+        self._fd: int = fd
         wd = _libc.inotify_add_watch(fd, os.fsencode(directory), mask)
         if wd < 0:
             err = ctypes.get_errno()
@@ -90,6 +90,10 @@ class Watch:
                 offset += length
                 if not mask & IN_IGNORED:
                     events.append(Event(mask, os.fsdecode(raw)))
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -34,11 +34,23 @@ class Interrupted(Exception):
 
 
 class RamBudget:
-    def __init__(self, layout: Layout, budget: int, chunk: int, should_stop: Callable[[], bool]):
+    """The writers' shared RAM ledger. ``headroom()`` is how much of the budget this writer
+    must leave free right now (see ``Writer._headroom``); ``should_stop()`` is called while
+    waiting and says whether to give up."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        budget: int,
+        chunk: int,
+        should_stop: Callable[[], bool],
+        headroom: Callable[[], int] = lambda: 0,
+    ):
         self.layout = layout
         self.budget = budget
         self.chunk = chunk
         self.should_stop = should_stop
+        self.headroom = headroom
         self.waited = 0.0  # seconds spent blocked on the budget (writer-side back-pressure)
         self.full_disk_waits = 0
         lock_fd = os.open(layout.budget_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -66,7 +78,7 @@ class RamBudget:
     def _try(self, fd: int, reserved: int, grow: int) -> bool:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
-            if not ram_fits(self.used(), grow, self.budget):
+            if not ram_fits(self.used(), grow, self.budget - self.headroom()):
                 return False
             try:
                 os.posix_fallocate(fd, reserved, grow)

@@ -181,8 +181,12 @@ class Supervisor:
             lay.journal,
             lay.epochs,
         ):
-            shutil.rmtree(directory)
-        lay.create()
+            # Empty, don't replace: trainers may be watching these directories with inotify.
+            for entry in os.scandir(directory):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
 
     def _first_incomplete_epoch(self) -> int:
         epoch = 0

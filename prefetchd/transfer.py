@@ -199,13 +199,8 @@ class ClassicTransfer:
 
     def _finish(self, job: Job) -> None:
         try:
-            if job.error is None:
-                verify_download(job)
-        except BaseException as exc:
-            job.error = exc
+            settle(job)
         finally:
-            os.close(job.fd)
-            job.fd = -1
             self._done(job)
 
 
@@ -217,6 +212,19 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         written = os.pwrite(fd, view, offset)
         view = view[written:]
         offset += written
+
+
+def settle(job: Job) -> None:
+    """After the last request of ``job``: verify what arrived (unless a request already
+    failed), record any failure in ``job.error``, and close the file."""
+    try:
+        if job.error is None:
+            verify_download(job)
+    except BaseException as exc:
+        job.error = exc
+    finally:
+        os.close(job.fd)
+        job.fd = -1
 
 
 def verify_download(job: Job) -> None:

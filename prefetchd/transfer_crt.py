@@ -54,7 +54,7 @@ from prefetchd.config import Config
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
 from prefetchd.store import is_plain_md5
-from prefetchd.transfer import Done, IntegrityError, Job, verify_download
+from prefetchd.transfer import Done, IntegrityError, Job, settle
 
 log = logging.getLogger(__name__)
 
@@ -271,13 +271,8 @@ class CrtTransfer:
     def _finish(self, fetch: _Fetch) -> None:
         job = fetch.job
         try:
-            if job.error is None:
-                verify_download(job)
-        except BaseException as exc:
-            job.error = exc
+            settle(job)
         finally:
-            os.close(job.fd)
-            job.fd = -1
             self._slots.release(fetch.slots)
             try:
                 self._done(job)

@@ -80,8 +80,13 @@ class Writer:
         self.format: Format = get_format(self.config.source.format)
         out = self.config.output
         self.budget = RamBudget(
-            self.layout, out.ram_budget, ram_chunk(out.shard_size), self._waiting_for_ram
+            self.layout,
+            out.ram_budget,
+            ram_chunk(out.shard_size),
+            self._waiting_for_ram,
+            self._headroom,
         )
+        self.oldest_epoch = 0  # lowest epoch not yet complete, as far as this writer knows
         self.prefix = f"w{index}-"
         self.journal = self.layout.journal / f"w{index}.log"
         self.open: list[OpenObject] = []
@@ -337,6 +342,20 @@ class Writer:
         ):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+    def _headroom(self) -> int:
+        """Room a shard of a later epoch must leave free for the oldest incomplete one.
+
+        Trainers read epochs in order. If shards of epoch k+1 could fill the RAM budget while a
+        writer still holds records of epoch k, epoch k could never finish and no trainer would
+        ever free the budget. So only the oldest incomplete epoch may use the last
+        ``writers x chunk`` bytes.
+        """
+        while self.layout.complete_marker(self.oldest_epoch).exists():
+            self.oldest_epoch += 1
+        if self.shard_epoch is None or self.shard_epoch <= self.oldest_epoch:
+            return 0
+        return self.config.output.writers * self.budget.chunk
 
     def _waiting_for_ram(self) -> bool:
         """Called while blocked on the RAM budget: stay visibly alive; say whether to stop."""

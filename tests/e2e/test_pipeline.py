@@ -3,11 +3,8 @@ trainer processes reading shards through ``ready_files()`` and TensorFlow."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -20,44 +17,9 @@ import yaml
 
 from prefetchd.status import REQUIRED_KEYS
 
+from .trainers import KIB, MIB, SIZES, finish, start_consumer, status_json
+
 pytestmark = pytest.mark.e2e
-
-HERE = Path(__file__).resolve().parent
-KIB, MIB = 1024, 1024**2
-# 1 KiB to well past part_size (256 KiB), so both single and ranged GETs happen.
-SIZES = [
-    1 * KIB,
-    3 * KIB,
-    17 * KIB,
-    64 * KIB,
-    200 * KIB,
-    300 * KIB,
-    700 * KIB,
-    1 * MIB,
-    1536 * KIB,
-    5 * KIB,
-    90 * KIB,
-    2 * MIB,
-    12 * KIB,
-    480 * KIB,
-    33 * KIB,
-    150 * KIB,
-]
-
-
-def start_consumer(config: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "consume.py"), str(config), str(out), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=open(out.with_suffix(".log"), "wb"),
-    )
-
-
-def finish(proc: subprocess.Popen[bytes], out: Path, timeout: float = 300) -> dict[str, Any]:
-    code = proc.wait(timeout)
-    log = out.with_suffix(".log").read_text(errors="replace")[-3000:]
-    assert code == 0, f"consumer failed ({code}):\n{log}"
-    return json.loads(out.read_text())
 
 
 class Sampler(threading.Thread):
@@ -95,16 +57,6 @@ class Sampler(threading.Thread):
             time.sleep(0.01)
 
 
-def status_json(config: Path) -> tuple[int, dict[str, Any] | None]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "prefetchd", "status", "--config", str(config), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return proc.returncode, json.loads(proc.stdout) if proc.returncode == 0 else None
-
-
 @pytest.mark.parametrize("kind", ["tfrecord", "raw"])
 def test_two_epochs_exactly_once_to_two_trainers(
     kind: str,
@@ -122,8 +74,13 @@ def test_two_epochs_exactly_once_to_two_trainers(
     sampler = Sampler(config)
     sampler.start()
     daemon = run_daemon(config_path)
+    # Trainers that do some work per shard, as real ones do: neither can drain every shard
+    # before the other has started, so both must get some and none may get the same.
     consumers = [
-        (start_consumer(config_path, tmp_path / f"c{i}.json"), tmp_path / f"c{i}.json")
+        (
+            start_consumer(config_path, tmp_path / f"c{i}.json", "--delay", "0.2"),
+            tmp_path / f"c{i}.json",
+        )
         for i in range(2)
     ]
     status = None
