@@ -10,6 +10,7 @@ from pathlib import Path
 import boto3
 
 from prefetchd.config import Config
+from prefetchd.layout import dir_problem
 from prefetchd.order import in_share, matches
 from prefetchd.sizes import format_size
 from prefetchd.store import boot_failure, make_client
@@ -29,6 +30,14 @@ def run_checks(config: Config) -> list[Finding]:
         _check_dir("download.cache_dir", config.download.cache_dir, config.download.window)
     )
     findings.append(_check_dir("status.state_dir", config.status.state_dir, 0))
+    for key, path in (
+        ("output.ram_dir", config.output.ram_dir),
+        ("download.cache_dir", config.download.cache_dir),
+        ("status.state_dir", config.status.state_dir),
+    ):
+        problem = dir_problem(path)
+        if problem:  # the daemon would refuse it at start-up: say so now
+            findings.append(Finding("fail", f"{key}: {problem}"))
     return findings
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from prefetchd import __version__
 from prefetchd.config import Config, load_config
@@ -65,24 +65,54 @@ def _run(config: Config) -> int:
 
 def _status(config: Config, *, as_json: bool, watch: bool) -> int:
     layout = Layout.of(config)
-    while True:
-        status = read_status(layout)
-        running = is_running(status)
-        if status is not None and (running or not watch):
-            # A stopped daemon's last record still tells what happened (exit code says 3).
-            text = json.dumps(status, indent=2, sort_keys=True) if as_json else render_table(status)
-        if not running:
-            if status is not None and not watch:
+    tty = sys.stdout.isatty()
+    if watch and tty and not as_json:
+        sys.stdout.write(HIDE_CURSOR)
+    try:
+        while True:
+            status = read_status(layout)
+            running = is_running(status)
+            if status is not None and (running or not watch):
+                # A stopped daemon's last record still tells what happened (exit code says 3).
+                text = _render(status, as_json=as_json, compact=watch)
+            if not running:
+                if status is not None and not watch:
+                    print(text)
+                last = f" (last state: {status.get('state')})" if status else ""
+                print(f"prefetchd: not running for {config.path}{last}", file=sys.stderr)
+                return EXIT_NOT_RUNNING
+            if not watch:
                 print(text)
-            last = f" (last state: {status.get('state')})" if status else ""
-            print(f"prefetchd: not running for {config.path}{last}", file=sys.stderr)
-            return EXIT_NOT_RUNNING
-        if not watch:
-            print(text)
-            return EXIT_OK
-        sys.stdout.write("\x1b[H\x1b[J" + text + "\n")
-        sys.stdout.flush()
-        time.sleep(1.0)
+                return EXIT_OK
+            sys.stdout.write(watch_frame(text, tty=tty and not as_json))
+            sys.stdout.flush()
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        return EXIT_OK  # Ctrl-C is how one leaves --watch
+    finally:
+        if watch and tty and not as_json:
+            sys.stdout.write(SHOW_CURSOR)
+            sys.stdout.flush()
+
+
+HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
+
+
+def _render(status: dict[str, Any], *, as_json: bool, compact: bool) -> str:
+    if not as_json:
+        return render_table(status)
+    if compact:  # --watch --json: one record per line (JSON Lines), for programs that follow
+        return json.dumps(status, sort_keys=True)
+    return json.dumps(status, indent=2, sort_keys=True)
+
+
+def watch_frame(text: str, *, tty: bool) -> str:
+    """One --watch frame. On a terminal it overwrites the previous frame in place: cursor to
+    the top left, each line cleared to its end, the rest of the screen cleared (no blank
+    flash between frames). Elsewhere (a pipe, a log) frames simply follow each other."""
+    if not tty:
+        return text + "\n"
+    return "\x1b[H" + "".join(f"{line}\x1b[K\n" for line in text.splitlines()) + "\x1b[J"
 
 
 def _check(config: Config) -> int:

@@ -170,29 +170,40 @@ class ReadyFiles(Iterator[str]):
         _wait_for_dirs(layout, health)
         self._releaser = releaser = ShardReleaser.for_layout(layout)
         last_shard = time.monotonic()
-        with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
-            for k in self._epochs:
-                self._epoch = k
-                prefix = epoch_prefix(k)
-                while True:
-                    claimed = self._claim(prefix)
-                    if claimed is not None:
-                        last_shard = time.monotonic()
-                        if self._resumable:
-                            self._since.append(claimed)
-                        yield str(layout.ram_claimed / claimed)
-                        continue
-                    if self._epoch_over(k, prefix, releaser.owner):
-                        # nothing of epoch k can come back now: forget its covered shards
-                        self._skip = {n for n in self._skip if not n.startswith(prefix)}
-                        break
-                    health.check()
-                    if self._timeout is not None and time.monotonic() - last_shard > self._timeout:
-                        raise TimeoutError(
-                            f"no new shard of epoch {k} for {self._timeout:g} s"
-                            + self._retention_hint()
-                        )
-                    arrivals.read(_POLL)
+        # The time between asking for a shard and getting one (or the epoch's end) is the
+        # trainer waiting on data; the daemon reads it from our lock file (`consumer_wait_s`).
+        waiting = False
+        try:
+            with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
+                for k in self._epochs:
+                    self._epoch = k
+                    prefix = epoch_prefix(k)
+                    while True:
+                        claimed = self._claim(prefix)
+                        if claimed is not None:
+                            last_shard = time.monotonic()
+                            waiting = releaser.end_wait(waiting, claimed=1)
+                            if self._resumable:
+                                self._since.append(claimed)
+                            yield str(layout.ram_claimed / claimed)
+                            continue
+                        if self._epoch_over(k, prefix, releaser.owner):
+                            # nothing of epoch k can come back now: forget its covered shards
+                            self._skip = {n for n in self._skip if not n.startswith(prefix)}
+                            break
+                        waiting = releaser.begin_wait(waiting)
+                        health.check()
+                        if (
+                            self._timeout is not None
+                            and time.monotonic() - last_shard > self._timeout
+                        ):
+                            raise TimeoutError(
+                                f"no new shard of epoch {k} for {self._timeout:g} s"
+                                + self._retention_hint()
+                            )
+                        arrivals.read(_POLL)
+        finally:
+            releaser.end_wait(waiting)
         # Exhausted: every shard was consumed, none needs to be kept for a restart.
         self._free(self._covered + self._since)
         self._covered, self._since = [], []
@@ -293,6 +304,45 @@ class _DaemonHealth:
             )
 
 
+class ConsumerStats:
+    """How long one trainer process waited for shards, as read by the daemon's status.
+
+    Stored in ``consumers/<owner>.lock`` as one JSON object padded with spaces to
+    ``RECORD_SIZE`` bytes: ``{"pid", "wait_s", "waiting_since", "shards"}``. ``wait_s`` counts
+    finished waits; ``waiting_since`` (epoch seconds) is set while at least one of the process's
+    ``ready_files()`` iterators is waiting, so a reader adds the wait still in progress.
+    """
+
+    RECORD_SIZE = 256
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.wait_s = 0.0
+        self.waiters = 0
+        self.waiting_since: float | None = None
+        self.shards = 0
+
+    def begin(self, now: float) -> None:
+        if self.waiters == 0:
+            self.waiting_since = now
+        self.waiters += 1
+
+    def end(self, now: float) -> None:
+        self.waiters = max(0, self.waiters - 1)
+        if self.waiters == 0 and self.waiting_since is not None:
+            self.wait_s += max(0.0, now - self.waiting_since)
+            self.waiting_since = None
+
+    def encode(self) -> bytes:
+        record = {
+            "pid": self.pid,
+            "wait_s": round(self.wait_s, 3),
+            "waiting_since": self.waiting_since,
+            "shards": self.shards,
+        }
+        return json.dumps(record).encode().ljust(self.RECORD_SIZE)
+
+
 class ShardReleaser:
     """Deletes this process's claimed shards once they were opened and closed again.
 
@@ -322,6 +372,8 @@ class ShardReleaser:
         tmp = lock.with_name(f".{lock.name}.tmp")
         self._alive_fd = create_exclusive(tmp)
         fcntl.flock(self._alive_fd, fcntl.LOCK_EX)
+        self._stats = ConsumerStats(self.pid)
+        os.pwrite(self._alive_fd, self._stats.encode(), 0)
         os.rename(tmp, lock)
         self._alive_lock = lock
         self.released = 0
@@ -332,6 +384,33 @@ class ShardReleaser:
         self._thread = threading.Thread(target=self._run, name="prefetchd-releaser", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
+
+    def begin_wait(self, waiting: bool) -> bool:
+        """One ``ready_files()`` iterator starts waiting for a shard (if not already)."""
+        if not waiting:
+            with self._lock:
+                self._stats.begin(time.time())
+                self._write_stats()
+        return True
+
+    def end_wait(self, waiting: bool, *, claimed: int = 0) -> bool:
+        """That iterator got a shard (``claimed``) or stopped waiting."""
+        if waiting or claimed:
+            with self._lock:
+                if waiting:
+                    self._stats.end(time.time())
+                self._stats.shards += claimed
+                self._write_stats()
+        return False
+
+    def _write_stats(self) -> None:
+        """Publish the wait figures in our lock file, rewritten in place (fixed width, so a
+        reader never sees a shorter record's leftovers)."""
+        data = self._stats.encode()
+        try:
+            os.pwrite(self._alive_fd, data, 0)
+        except OSError as exc:  # statistics must never break the trainer
+            log.debug("cannot write consumer stats: %s", exc)
 
     def track(self, name: str, *, retain: bool = False) -> None:
         """Watch a claim; ``retain``: keep it once read (its stream frees it)."""

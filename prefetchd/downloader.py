@@ -33,6 +33,7 @@ from prefetchd.layout import (
     TMP_SUFFIX,
     key_hash,
     object_name,
+    open_append,
     parse_object_name,
     write_atomic,
 )
@@ -87,6 +88,8 @@ class Downloader:
             epoch=0,
             epoch_objects=0,
             epoch_objects_done=0,
+            epoch_bytes=0,
+            epoch_bytes_done=0,
             window_bytes=0,
             window_limit=self.window.limit,
             activity="listing",
@@ -199,8 +202,16 @@ class Downloader:
             )
             progress = EpochProgress(total=len(order), done=self._read_log(epoch))
             self.epochs[epoch] = progress
-            self.counters.update(epoch=epoch, epoch_objects=len(order))
             bucket = self.config.source.bucket
+            done = progress.done
+            done_bytes = sum(o.size for o in order if done and key_hash(bucket, o.key) in done)
+            self.counters.update(
+                epoch=epoch,
+                epoch_objects=len(order),
+                epoch_objects_done=len(progress.done),
+                epoch_bytes=sum(o.size for o in order),
+                epoch_bytes_done=done_bytes,
+            )
             for seq, obj in enumerate(order):
                 digest = key_hash(bucket, obj.key)
                 if digest in progress.done:
@@ -393,7 +404,7 @@ class Downloader:
     def _log(self, job: Job, kind: str) -> None:
         digest = parse_object_name(job.name)
         assert digest is not None
-        with self._log_path(job.epoch).open("a", encoding="ascii") as f:
+        with os.fdopen(open_append(self._log_path(job.epoch)), "a", encoding="ascii") as f:
             f.write(f"{kind} {digest[2]}\n")
 
     def _mark_done(self, job: Job) -> None:
@@ -401,6 +412,7 @@ class Downloader:
         progress.done.add(key_hash(self.config.source.bucket, job.obj.key))
         if job.epoch == self.counters["epoch"]:
             self.counters["epoch_objects_done"] = len(progress.done)
+            self.counters["epoch_bytes_done"] += job.obj.size
         self._maybe_mark_downloaded(job.epoch)
 
     def _maybe_mark_downloaded(self, epoch: int) -> None:

@@ -208,30 +208,85 @@ def make_private_dir(path: Path) -> None:
     Raises ``RuntimeFailure`` naming the directory if it is a symlink, belongs to another user
     or is writable by others: a daemon that writes there could be tricked into clobbering files.
     """
+    unsafe = _unsafe_ancestor(path)
+    if unsafe:
+        raise RuntimeFailure(f"refusing to use {path}: {unsafe}")
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for parent in reversed(path.parents):  # each missing ancestor private too
+            if not parent.exists():
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(parent, 0o700)
         os.mkdir(path, 0o700)
         return
     except FileExistsError:
         pass
     except OSError as exc:
         raise RuntimeFailure(f"cannot create directory {path}: {exc.strerror}") from None
+    problem = existing_dir_problem(path)
+    if problem:
+        raise RuntimeFailure(problem)
+    info = os.lstat(path)
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def dir_problem(path: Path) -> str | None:
+    """Why ``make_private_dir(path)`` would refuse ``path``, without changing anything (for
+    ``prefetchd check``); None if it would create or accept it."""
+    unsafe = _unsafe_ancestor(path)
+    if unsafe:
+        return f"refusing to use {path}: {unsafe}"
+    if not os.path.lexists(path):
+        return None
+    return existing_dir_problem(path)
+
+
+def existing_dir_problem(path: Path) -> str | None:
     try:
         info = os.lstat(path)
     except OSError as exc:  # e.g. a parent is a regular file
-        raise RuntimeFailure(f"cannot create directory {path}: {exc.strerror}") from None
+        return f"cannot create directory {path}: {exc.strerror}"
     if stat.S_ISLNK(info.st_mode):
-        raise RuntimeFailure(f"refusing to use {path}: it is a symlink")
+        return f"refusing to use {path}: it is a symlink"
     if not stat.S_ISDIR(info.st_mode):
-        raise RuntimeFailure(f"refusing to use {path}: it is not a directory")
+        return f"refusing to use {path}: it is not a directory"
     if info.st_uid != os.geteuid():
-        raise RuntimeFailure(
-            f"refusing to use {path}: it belongs to another user (uid {info.st_uid})"
-        )
+        return f"refusing to use {path}: it belongs to another user (uid {info.st_uid})"
     if info.st_mode & 0o022:
-        raise RuntimeFailure(f"refusing to use {path}: it is writable by other users")
-    if info.st_mode & 0o077:
-        os.chmod(path, 0o700)
+        return f"refusing to use {path}: it is writable by other users"
+    return None
+
+
+def _unsafe_ancestor(path: Path) -> str | None:
+    """Why another user could redirect ``path`` through one of its existing ancestors, or None.
+
+    In a directory others may write to (``/dev/shm``, ``/tmp``), anyone can plant a name: a
+    symlink to a directory of theirs, or a directory they own and can later swap. So every
+    name we pass through there must belong to us or root, and such a directory needs the
+    sticky bit (else even our own names can be replaced). Symlinks elsewhere, e.g.
+    ``/var/run -> /run``, are followed: only root or we could have made them.
+    """
+    current = Path(path.anchor or "/")
+    for part in path.absolute().parts[1:-1]:
+        try:
+            parent = os.stat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # from here on we create everything, 0700
+        shared = parent.st_mode & 0o002  # group-writable ancestors are trusted to the group
+        if shared and not parent.st_mode & stat.S_ISVTX:
+            return f"{current} is writable by other users and not sticky"
+        try:
+            info = os.lstat(current / part)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if shared and info.st_uid not in (0, os.geteuid()):
+            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "a directory"
+            return (
+                f"{current / part} is {kind} in the shared directory {current} that belongs "
+                f"to another user (uid {info.st_uid})"
+            )
+        current = Path(os.path.realpath(current / part))
+    return None
 
 
 def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
@@ -255,6 +310,13 @@ def create_exclusive(path: Path, *, readable: bool = False) -> int:
     """Open a new private file for writing; never follows or reuses an existing name."""
     access = os.O_RDWR if readable else os.O_WRONLY
     return os.open(path, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def open_append(path: Path) -> int:
+    """Open a private log for appending (created 0600 if missing); never follows a symlink.
+    Logs are appended to across restarts, so unlike other files they may already exist."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(path, flags, 0o600)
 
 
 def dir_bytes(*dirs: Path) -> int:

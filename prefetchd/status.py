@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import Layout
 from prefetchd.sizes import format_size
 from prefetchd.states import DaemonState
@@ -93,9 +94,99 @@ class Rates:
         return max(0.0, (b1 - b0) / dt), max(0.0, (r1 - r0) / dt)
 
 
+@dataclass
+class Series:
+    """Per-second rates of several monotonic counters over the last ``RATE_WINDOW`` seconds."""
+
+    samples: deque[tuple[float, dict[str, float]]] = field(
+        default_factory=lambda: deque(maxlen=256)
+    )
+
+    def add(self, now: float, values: dict[str, float]) -> None:
+        self.samples.append((now, dict(values)))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= RATE_WINDOW:
+            self.samples.popleft()
+
+    def rate(self, name: str) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        (t0, v0), (t1, v1) = self.samples[0], self.samples[-1]
+        return max(0.0, (v1.get(name, 0.0) - v0.get(name, 0.0)) / max(t1 - t0, 1e-9))
+
+
+@dataclass
+class ConsumerWaits:
+    """Seconds trainers spent waiting inside ``ready_files()``, summed over trainer processes
+    and kept after a trainer exits (its last reading is carried)."""
+
+    last: dict[str, float] = field(default_factory=dict)
+    carried: float = 0.0
+
+    def update(self, reports: dict[str, dict[str, Any]], now: float) -> tuple[float, int, int]:
+        """``(total wait seconds, trainers alive, trainers waiting now)``."""
+        current: dict[str, float] = {}
+        waiting = 0
+        for owner, report in reports.items():
+            wait = float(report.get("wait_s", 0) or 0)
+            since = report.get("waiting_since")
+            if since is not None:
+                wait += max(0.0, now - float(since))
+                waiting += 1
+            current[owner] = max(wait, self.last.get(owner, 0.0))
+        for owner, wait in self.last.items():
+            if owner not in current:
+                self.carried += wait
+        self.last = current
+        return self.carried + sum(current.values()), len(current), waiting
+
+
+def read_consumers(layout: Layout) -> dict[str, dict[str, Any]]:
+    """The wait figures each live trainer process keeps in ``consumers/<owner>.lock``."""
+    reports: dict[str, dict[str, Any]] = {}
+    try:
+        entries = list(os.scandir(layout.ram_consumers))
+    except FileNotFoundError:
+        return reports
+    for entry in entries:
+        if not entry.name.endswith(".lock") or entry.name.startswith("."):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            raw = os.pread(fd, 4096, 0)
+        finally:
+            os.close(fd)
+        try:
+            report = json.loads(raw.decode("utf-8").strip() or "{}")
+        except ValueError:
+            continue
+        if isinstance(report, dict):
+            reports[entry.name.removesuffix(".lock")] = report
+    return reports
+
+
+def eta_seconds(remaining_bytes: float, rate: float) -> float | None:
+    """Seconds to move ``remaining_bytes`` at ``rate`` bytes/s; None when nothing moves."""
+    if remaining_bytes <= 0:
+        return 0.0
+    if rate <= 0:
+        return None
+    return round(remaining_bytes / rate, 1)
+
+
 def read_status(layout: Layout) -> dict[str, Any] | None:
+    """The last status record, or None if there is none. Raises ``RuntimeFailure`` when it
+    cannot be read (the state directory is private to the daemon's user): that is not "not
+    running"."""
     try:
         data: dict[str, Any] = json.loads(layout.status_file.read_text(encoding="utf-8"))
+    except PermissionError:
+        raise RuntimeFailure(
+            f"cannot read {layout.status_file}: permission denied "
+            "(status.state_dir is private to the daemon's user: run as that user)"
+        ) from None
     except (OSError, ValueError):
         return None
     return data
@@ -122,53 +213,114 @@ def read_children(layout: Layout) -> dict[str, dict[str, Any]]:
 
 # --- the table --------------------------------------------------------------------------------
 
+BAR_WIDTH = 20
+MAX_TEXT = 100  # longest key or message shown in the table (the JSON has them whole)
 
-def _bar(used: float, limit: float, width: int = 20) -> str:
+
+def _bar(used: float, limit: float, width: int = BAR_WIDTH) -> str:
     frac = 0.0 if limit <= 0 else min(1.0, max(0.0, used / limit))
     filled = round(frac * width)
     return "[" + "#" * filled + "." * (width - filled) + f"] {frac * 100:3.0f}%"
 
 
+def _safe(text: object, limit: int = MAX_TEXT) -> str:
+    """One printable line: object keys and error messages may hold newlines, escapes or
+    right-to-left overrides that would garble (or forge lines of) a terminal."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    s = round(seconds)
+    if s >= 86400:
+        return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
+
+
 def render_table(status: dict[str, Any]) -> str:
-    """A readable multi-line summary of a status record."""
-    epochs = status.get("epochs_total")
-    epoch_text = f"{status.get('epoch')} of {epochs}" if epochs else f"{status.get('epoch')}"
-    done, total = status.get("epoch_objects_done", 0), status.get("epoch_objects", 0)
+    """A readable summary of a status record: is the trainer waiting on data, and why?
+
+    Depends only on the record (and the local time zone for error times), so a recorded
+    status always renders the same table.
+    """
+    get = status.get
+    epochs = get("epochs_total")
+    epoch_text = f"{get('epoch')} of {epochs}" if epochs else f"{get('epoch')} (endless)"
     lines = [
-        f"prefetchd  {status.get('state', '?')}"
-        + (f"  ({status['reason']})" if status.get("reason") else ""),
-        f"  config          {status.get('config', '?')}",
-        f"  epoch           {epoch_text}   (downloading epoch {status.get('download_epoch')}:"
-        f" {done}/{total} objects)",
-        f"  downloader      {status.get('download_activity', '?')}",
-        f"  download        {status.get('download_bytes_per_s', 0) / 1e6:8.1f} MB/s   "
-        f"(avg {status.get('download_bytes_per_s_avg', 0) / 1e6:.1f})  "
-        f"{status.get('objects_downloaded', 0)} objects, "
-        f"{format_size(status.get('bytes_downloaded', 0))}",
-        f"  write           {status.get('write_records_per_s', 0):8.0f} rec/s  "
-        f"(avg {status.get('write_records_per_s_avg', 0):.0f})  "
-        f"{status.get('records_written', 0)} records, {status.get('shards_written', 0)} shards",
-        f"  window          {_bar(status.get('window_bytes', 0), status.get('window_limit', 0))}"
-        f"  {format_size(status.get('window_bytes', 0))}"
-        f" of {format_size(status.get('window_limit', 0))}",
-        f"  RAM disk        {_bar(status.get('ram_bytes', 0), status.get('ram_budget', 0))}"
-        f"  {format_size(status.get('ram_bytes', 0))}"
-        f" of {format_size(status.get('ram_budget', 0))}",
-        f"  shards          {status.get('shards_ready', 0)} ready, "
-        f"{status.get('shards_claimed', 0)} being read",
-        f"  retries/errors  {status.get('retries', 0)} / {status.get('errors', 0)}",
-        "  children",
+        f"prefetchd {get('state', '?')}"
+        + (f": {_safe(get('reason'), 300)}" if get("reason") else "")
+        + f"   pid {get('pid', '-')}, up {_duration(get('uptime_s'))}",
+        f"  config        {_safe(get('config', '?'), 300)}",
     ]
-    for name, child in sorted(status.get("children", {}).items()):
-        alive = "alive" if child.get("alive") else "dead"
+    bottleneck = get("bottleneck") or {}
+    if bottleneck:
+        lines.append(f"  bottleneck    {bottleneck.get('verdict')}: {bottleneck.get('summary')}")
+        lines += [f"                - {_safe(e)}" for e in bottleneck.get("evidence", [])]
+    lines += [
+        "",
+        "  throughput    last 10 s       since start",
+        f"    download    {get('download_bytes_per_s', 0) / 1e6:8.1f} MB/s  "
+        f"{get('download_bytes_per_s_avg', 0) / 1e6:8.1f} MB/s   "
+        f"{get('objects_downloaded', 0)} objects, {format_size(get('bytes_downloaded', 0))}",
+        f"    write       {get('write_records_per_s', 0):8.0f} rec/s "
+        f"{get('write_records_per_s_avg', 0):8.0f} rec/s    "
+        f"{get('records_written', 0)} records, {get('shards_written', 0)} shards",
+        f"    trainers    waiting {_pct(get('consumer_wait_ratio', 0))} of the last 10 s, "
+        f"{_duration(get('consumer_wait_s', 0))} in all; "
+        f"{get('consumers', 0)} reading, {get('consumers_waiting', 0)} waiting now",
+        f"    writers     blocked on RAM {_pct(get('writer_ram_wait_ratio', 0))} of the last "
+        f"10 s, {_duration(get('writer_ram_wait_s', 0))} in all (summed over writers)",
+        "",
+        f"  window        {_bar(get('window_bytes', 0), get('window_limit', 0))}"
+        f"  {format_size(get('window_bytes', 0))} of {format_size(get('window_limit', 0))}",
+        f"  RAM disk      {_bar(get('ram_bytes', 0), get('ram_budget', 0))}"
+        f"  {format_size(get('ram_bytes', 0))} of {format_size(get('ram_budget', 0))}",
+        f"  shards        {get('shards_ready', 0)} ready, {get('shards_claimed', 0)} being read",
+        "",
+        f"  epoch         {epoch_text}"
+        + (f", whole job ETA {_duration(get('job_eta_s'))}" if epochs else ""),
+    ]
+    for ep in get("epochs") or []:
+        done, total = ep.get("bytes_done", 0), ep.get("bytes", 0)
+        eta = f"ETA {_duration(ep.get('eta_s'))}" if ep.get("state") == "downloading" else ""
         lines.append(
-            f"    {name:<12} pid {child.get('pid') or '-':<8} {alive:<6} "
-            f"{child.get('state', ''):<9} restarts {child.get('restarts', 0)}"
+            f"    epoch {ep.get('epoch'):<5} {_bar(done, total)}  "
+            f"{ep.get('objects_done', 0)}/{ep.get('objects', 0)} objects  "
+            f"{ep.get('state')} {eta}".rstrip()
         )
-    errors = status.get("last_errors") or []
+    lines += [
+        f"  retries       {get('retries', 0)}, errors {get('errors', 0)}",
+        "",
+        "  children      state     health      pid       restarts  activity",
+    ]
+    for name, child in sorted((get("children") or {}).items()):
+        if not child.get("alive"):
+            health = "dead"
+        elif child.get("healthy"):
+            health = "ok"
+        else:
+            age = child.get("heartbeat_age_s")
+            health = "silent" if age is None else f"silent {_duration(age)}"
+        lines.append(
+            f"    {name:<12}{child.get('state', ''):<10}{health:<12}"
+            f"{child.get('pid') or '-'!s:<10}{child.get('restarts', 0):<10}"
+            f"{_safe(child.get('activity') or '-', 60)}"
+        )
+    errors = get("last_errors") or []
     if errors:
-        lines.append("  last errors")
+        lines += ["", "  last errors"]
         for err in errors[-5:]:
             when = time.strftime("%H:%M:%S", time.localtime(err.get("time", 0)))
-            lines.append(f"    {when} {err.get('key') or '-'}: {err.get('error')}")
+            lines.append(f"    {when} {_safe(err.get('key') or '-')}")
+            lines.append(f"             {_safe(err.get('error'))}")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from typing import Any
 
 from prefetchd.child import child_main
 from prefetchd.config import Config
+from prefetchd.diagnosis import diagnose
 from prefetchd.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure
 from prefetchd.layout import (
     Layout,
@@ -36,7 +37,15 @@ from prefetchd.layout import (
 from prefetchd.logs import redact
 from prefetchd.sdnotify import notify, watchdog_interval
 from prefetchd.states import CHILD_BOOT_FAILURE, ChildState, DaemonState
-from prefetchd.status import Rates, Totals, read_children
+from prefetchd.status import (
+    ConsumerWaits,
+    Rates,
+    Series,
+    Totals,
+    eta_seconds,
+    read_children,
+    read_consumers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +54,8 @@ STATUS_INTERVAL = 1.0
 EPOCH_CHECK_INTERVAL = 1.0
 STOP_GRACE = 20.0  # seconds children get to drain before they are killed
 HEARTBEAT_TIMEOUT = 30.0
+HEALTHY_HEARTBEAT = 10.0  # a running child reported this recently: the watchdog is fed
+MAX_EPOCHS_SHOWN = 4
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
 MAX_QUICK_CRASHES = 5  # crashes in a row, each within QUICK_CRASH seconds of its start
@@ -89,6 +100,11 @@ class Supervisor:
         self.signals: deque[int] = deque()
         self.totals = Totals()
         self.rates = Rates()
+        self.series = Series()  # wait times, for the 10 s ratios
+        self.waits = ConsumerWaits()
+        self.metrics: Any = None  # the metrics HTTP server, when status.metrics_port is set
+        self.last_snapshot: dict[str, Any] = {}
+        self._last_notice = ""
         self.next_epoch = 0  # lowest epoch not yet complete
         self.started = time.time()
         self._lock_fd = -1
@@ -116,6 +132,8 @@ class Supervisor:
             self._stop_children()
             self._collect_reports()  # the children's last words: final counters
             self._publish_status(force=True)
+            if self.metrics is not None:
+                self.metrics.stop()
             os.close(self._lock_fd)
         if self.state is DaemonState.FAILED:
             return EXIT_FAILURE
@@ -129,6 +147,12 @@ class Supervisor:
             signal.signal(signum, lambda s, _f: self.signals.append(s))
         self._return_orphaned_claims(force=True)
         self.next_epoch = self._first_incomplete_epoch()
+        if self.config.status.metrics_port is not None:
+            from prefetchd.metrics import MetricsServer  # only daemons with metrics load it
+
+            self.metrics = MetricsServer.start(
+                self.config.status.metrics_port, lambda: self.last_snapshot
+            )
         for child in self.children:
             self._spawn(child)
         self._publish_status(force=True)
@@ -387,17 +411,38 @@ class Supervisor:
 
     def _publish_status(self, *, force: bool = False) -> None:
         now = time.monotonic()
-        if (
-            self._watchdog
-            and self.state is DaemonState.RUNNING
-            and now - self._last_watchdog >= self._watchdog
-        ) and all(c.alive for c in self.children):
+        if self._watchdog and now - self._last_watchdog >= self._watchdog and self._healthy():
             notify("WATCHDOG=1")
             self._last_watchdog = now
         if not force and now - self._last_status < STATUS_INTERVAL:
             return
         self._last_status = now
-        write_atomic(self.layout.status_file, json.dumps(self.snapshot(now)).encode())
+        snapshot = self.snapshot(now)
+        write_atomic(self.layout.status_file, json.dumps(snapshot).encode())
+        self.last_snapshot = snapshot
+        self._notify_status(snapshot)
+
+    def _healthy(self) -> bool:
+        """Whether the systemd watchdog may be fed: every child alive, and once running, each
+        one reported within ``HEALTHY_HEARTBEAT`` seconds (a hung or restarting child stops it)."""
+        if self.state is DaemonState.STARTING:
+            return all(c.alive for c in self.children)
+        if self.state is not DaemonState.RUNNING:
+            return False
+        return all(_child_healthy(c, time.time()) for c in self.children)
+
+    def _notify_status(self, snapshot: dict[str, Any]) -> None:
+        """One line for ``systemctl status`` (STATUS=), sent when it changes."""
+        verdict = snapshot["bottleneck"]["verdict"]
+        line = (
+            f"{snapshot['state']}: epoch {snapshot['epoch']}, "
+            f"{snapshot['download_bytes_per_s'] / 1e6:.0f} MB/s, {verdict}"
+        )
+        if snapshot.get("reason"):
+            line = f"{snapshot['state']}: {snapshot['reason']}"
+        if line != self._last_notice:
+            notify(f"STATUS={line}")
+            self._last_notice = line
 
     def snapshot(self, now: float) -> dict[str, Any]:
         lay = self.layout
@@ -412,7 +457,15 @@ class Supervisor:
             key=lambda e: e.get("time", 0),
         )[-10:]
         ready = _count(lay.ram_ready)
-        return {
+        wall = time.time()
+        wait_total, consumers, waiting = self.waits.update(read_consumers(lay), wall)
+        ram_wait = sum(float(r.get("ram_wait_s", 0)) for r in reports.values())
+        self.series.add(now, {"consumer_wait_s": wait_total, "writer_ram_wait_s": ram_wait})
+        wait_ratio = min(1.0, self.series.rate("consumer_wait_s") / max(consumers, 1))
+        ram_wait_ratio = min(
+            1.0, self.series.rate("writer_ram_wait_s") / max(self.config.output.writers, 1)
+        )
+        record = {
             "state": str(self.state),
             "reason": self.reason,
             "pid": os.getpid(),
@@ -436,7 +489,13 @@ class Supervisor:
             "write_records_per_s": round(record_rate, 1),
             "download_bytes_per_s_avg": round(totals["bytes_downloaded"] / elapsed, 1),
             "write_records_per_s_avg": round(totals["records_written"] / elapsed, 1),
-            "writer_ram_wait_s": sum(float(r.get("ram_wait_s", 0)) for r in reports.values()),
+            "writer_ram_wait_s": ram_wait,
+            "writer_ram_wait_ratio": round(ram_wait_ratio, 3),
+            "consumers": consumers,
+            "consumers_waiting": waiting,
+            "consumer_wait_s": round(wait_total, 3),
+            "consumer_wait_ratio": round(wait_ratio, 3),
+            "uptime_s": round(wall - self.started, 1),
             "children": {
                 c.name: {
                     "pid": c.pid,
@@ -444,11 +503,71 @@ class Supervisor:
                     "restarts": c.restarts,
                     "state": str(c.state),
                     "activity": c.last_report.get("activity"),
+                    "healthy": _child_healthy(c, wall),
+                    "heartbeat_age_s": _heartbeat_age(c, wall),
                 }
                 for c in self.children
             },
             "last_errors": errors,
         }
+        record.update(self._epoch_progress(dl, download_rate, record))
+        record["bottleneck"] = diagnose(record).as_dict()
+        return record
+
+    def _epoch_progress(
+        self, dl: dict[str, Any], recent_rate: float, record: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Per-epoch progress (the epochs not yet complete, up to the one downloading) and ETAs
+        from the download rate (the last 10 s, or since start if nothing moved lately)."""
+        rate = recent_rate or float(record["download_bytes_per_s_avg"])
+        total = int(dl.get("epoch_bytes", 0))
+        done = int(dl.get("epoch_bytes_done", 0))
+        current = dl.get("epoch")
+        epochs = []
+        if current is not None:
+            for k in range(self.next_epoch, int(current) + 1)[-MAX_EPOCHS_SHOWN:]:
+                downloading = k == current and done < total
+                epochs.append(
+                    {
+                        "epoch": k,
+                        "state": "downloading" if downloading else "downloaded",
+                        "objects": dl.get("epoch_objects", 0),
+                        "objects_done": (
+                            dl.get("epoch_objects_done", 0)
+                            if downloading
+                            else dl.get("epoch_objects", 0)
+                        ),
+                        "bytes": total,
+                        "bytes_done": done if downloading else total,
+                        "eta_s": eta_seconds(total - done, rate) if downloading else 0.0,
+                    }
+                )
+        count = self.config.epochs.count
+        job_eta = None
+        if count is not None and current is not None:
+            left = (count - 1 - int(current)) * total + (total - done)
+            job_eta = eta_seconds(left, rate)
+        return {
+            "epoch_bytes": total,
+            "epoch_bytes_done": done,
+            "epochs": epochs,
+            "job_eta_s": job_eta,
+        }
+
+
+def _heartbeat_age(child: Child, now: float) -> float | None:
+    beat = float(child.last_report.get("heartbeat", 0) or 0)
+    return round(max(0.0, now - beat), 1) if beat else None
+
+
+def _child_healthy(child: Child, now: float) -> bool:
+    age = _heartbeat_age(child, now)
+    return (
+        child.alive
+        and child.state is ChildState.RUNNING
+        and age is not None
+        and age < HEALTHY_HEARTBEAT
+    )
 
 
 def _count(directory: Path) -> int:

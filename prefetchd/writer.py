@@ -38,6 +38,7 @@ from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
     epoch_prefix,
+    open_append,
     parse_object_name,
     parse_shard_name,
     shard_name,
@@ -330,7 +331,7 @@ class Writer:
             write_atomic(self.journal, line.encode(), fsync=True)  # only the last entry matters
             self.journal_lines = 1
             return
-        with self.journal.open("a", encoding="utf-8") as f:
+        with os.fdopen(open_append(self.journal), "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())

@@ -12,6 +12,15 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
 
+# tests/deploy checks the systemd units with systemd-analyze: on a fresh Debian/Ubuntu machine
+# (CI runs as root) install it; elsewhere those tests skip and say why.
+if ! command -v systemd-analyze >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing systemd (systemd-analyze, for tests/deploy)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends systemd >/dev/null; } ||
+        echo "warning: could not install systemd; the systemd-analyze tests will be skipped"
+fi
+
 failed=()
 step() {
     local name=$1 started=$SECONDS
@@ -32,7 +41,7 @@ soak=(--soak)
 if [[ ${PREFETCHD_SKIP_SOAK:-0} == 1 ]]; then
     soak=()
 fi
-step "pytest" python -m pytest -q "${soak[@]}" "$@"
+step "pytest" python -m pytest -q ${soak[@]+"${soak[@]}"} "$@"
 
 echo
 if ((${#failed[@]})); then

@@ -14,10 +14,12 @@ from prefetchd.layout import (
     Layout,
     claim_name,
     dir_bytes,
+    dir_problem,
     epoch_prefix,
     key_hash,
     make_private_dir,
     object_name,
+    open_append,
     parse_claim_name,
     parse_object_name,
     parse_shard_name,
@@ -360,3 +362,97 @@ def test_dir_bytes_counts_only_regular_files(tmp_path: Path) -> None:
 
 def test_dir_bytes_of_a_missing_dir_is_zero(tmp_path: Path) -> None:
     assert dir_bytes(tmp_path / "missing") == 0
+
+
+def shared_dir(tmp_path: Path, mode: int = 0o1777) -> Path:
+    """A directory anyone may create names in, like /dev/shm or /tmp."""
+    shared = tmp_path / "shm"
+    shared.mkdir()
+    shared.chmod(mode)
+    return shared
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to plant a name as another user")
+def test_make_private_dir_refuses_a_symlink_another_user_planted_above_it(tmp_path: Path) -> None:
+    """ram_dir /dev/shm/prefetchd/train, and someone else made /dev/shm/prefetchd a symlink to
+    a directory of theirs: nothing may be created through it."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    link = shared_dir(tmp_path) / "prefetchd"
+    link.symlink_to(victim)
+    os.lchown(link, 65534, 65534)
+    with pytest.raises(RuntimeFailure) as info:
+        make_private_dir(link / "train")
+    assert "symlink" in str(info.value) and "another user" in str(info.value)
+    assert list(victim.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to plant a name as another user")
+def test_make_private_dir_refuses_a_directory_another_user_planted_above_it(
+    tmp_path: Path,
+) -> None:
+    planted = shared_dir(tmp_path) / "prefetchd"
+    planted.mkdir(mode=0o755)
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(RuntimeFailure, match="belongs to another user"):
+        make_private_dir(planted / "train")
+    assert list(planted.iterdir()) == []
+
+
+def test_make_private_dir_under_a_shared_dir_without_sticky_bit_is_refused(
+    tmp_path: Path,
+) -> None:
+    shared = shared_dir(tmp_path, 0o777)
+    with pytest.raises(RuntimeFailure, match="not sticky"):
+        make_private_dir(shared / "prefetchd" / "train")
+
+
+def test_make_private_dir_in_a_sticky_shared_dir_creates_private_ancestors(
+    tmp_path: Path,
+) -> None:
+    path = shared_dir(tmp_path) / "prefetchd" / "train"
+    make_private_dir(path)
+    assert mode_of(path) == mode_of(path.parent) == 0o700
+    make_private_dir(path)  # and accepts it the next time
+
+
+def test_make_private_dir_follows_our_own_symlink_above_it(tmp_path: Path) -> None:
+    """Like /var/run -> /run: a link only we or root could have made is fine."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "alias").symlink_to(real)
+    make_private_dir(tmp_path / "alias" / "state")
+    assert mode_of(real / "state") == 0o700
+
+
+def test_open_append_creates_a_private_log_and_appends(tmp_path: Path) -> None:
+    path = tmp_path / "e0.log"
+    for line in (b"P a\n", b"P b\n"):
+        fd = open_append(path)
+        os.write(fd, line)
+        os.close(fd)
+    assert path.read_bytes() == b"P a\nP b\n"
+    assert mode_of(path) == 0o600
+
+
+def test_open_append_never_writes_through_a_symlink(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    (tmp_path / "e0.log").symlink_to(victim)
+    with pytest.raises(OSError):
+        open_append(tmp_path / "e0.log")
+    assert victim.read_bytes() == b"keep"
+
+
+def test_dir_problem_reports_without_changing_anything(tmp_path: Path) -> None:
+    missing = tmp_path / "new" / "dir"
+    assert dir_problem(missing) is None
+    assert not (tmp_path / "new").exists()
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o777)
+    loose.chmod(0o777)
+    assert "writable by other users" in str(dir_problem(loose))
+    assert mode_of(loose) == 0o777
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    assert "symlink" in str(dir_problem(link))

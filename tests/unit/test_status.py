@@ -1,0 +1,192 @@
+"""The status people read: the table rendered from a recorded status record (golden file),
+the bottleneck verdict, and the wait figures trainers publish."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefetchd.consumer import ConsumerStats
+from prefetchd.diagnosis import VERDICTS, diagnose
+from prefetchd.status import REQUIRED_KEYS, ConsumerWaits, Series, eta_seconds, render_table
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "status"
+UPDATE = os.environ.get("PREFETCHD_UPDATE_GOLDEN") == "1"  # rewrite the expected tables
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """Error times render in local time; pin it so the golden files hold anywhere."""
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if saved is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = saved
+    time.tzset()
+
+
+def recorded(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / f"{name}.json").read_text())
+    return data
+
+
+@pytest.mark.parametrize("name", ["running_consumer_bound", "running_starved_with_errors"])
+def test_table_of_a_recorded_status_matches_the_expected_file(name: str, utc: None) -> None:
+    table = render_table(recorded(name)) + "\n"
+    expected = DATA / f"{name}.txt"
+    if UPDATE:
+        expected.write_text(table)
+    assert table == expected.read_text()
+
+
+def test_recorded_statuses_have_every_documented_key() -> None:
+    for path in DATA.glob("*.json"):
+        status = json.loads(path.read_text())
+        assert not [k for k in REQUIRED_KEYS if k not in status], path.name
+
+
+def test_table_shows_hostile_keys_on_one_printable_line(utc: None) -> None:
+    status = recorded("running_consumer_bound")
+    status["last_errors"] = [
+        {"time": 0, "key": "evil\n12:00:00 forged line\u202e", "error": "bad\x1b[2Jthing"}
+    ]
+    table = render_table(status)
+    assert "\x1b" not in table and "\u202e" not in table
+    tail = table.splitlines()[-2:]
+    assert tail[0].strip().startswith("00:00:00 evil\\n12:00:00 forged line")
+    assert "bad\\x1b[2Jthing" in tail[1]
+
+
+def test_table_of_a_minimal_record_does_not_fail() -> None:
+    assert "prefetchd starting" in render_table({"state": "starting"})
+
+
+# --- the verdict --------------------------------------------------------------------------------
+
+RUNNING = {
+    "state": "running",
+    "consumers": 2,
+    "consumer_wait_ratio": 0.6,
+    "window_bytes": 10,
+    "window_limit": 100,
+    "ram_bytes": 50,
+    "ram_budget": 100,
+    "writer_ram_wait_ratio": 0.0,
+    "download_bytes_per_s": 75e6,
+    "download_activity": "downloading",
+    "shards_ready": 0,
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "verdict"),
+    [
+        ({"consumer_wait_ratio": 0.02, "shards_ready": 5}, "consumer-bound"),
+        ({}, "store-bound"),
+        ({"download_activity": "paused: store errors (SlowDown), retrying in 4s"}, "store-bound"),
+        ({"window_bytes": 95}, "writer-bound"),
+        ({"download_activity": "finished"}, "writer-bound"),
+        ({"writer_ram_wait_ratio": 0.9, "ram_bytes": 100, "window_bytes": 95}, "ram-bound"),
+        ({"consumers": 0}, "idle"),
+        ({"state": "starting"}, "unknown"),
+        ({"state": "draining"}, "unknown"),
+    ],
+)
+def test_bottleneck_verdict(changes: dict[str, Any], verdict: str) -> None:
+    result = diagnose({**RUNNING, **changes})
+    assert result.verdict == verdict
+    assert result.verdict in VERDICTS
+    assert result.summary
+    if verdict not in ("unknown", "idle"):
+        assert any("trainers waited" in e for e in result.evidence), result.evidence
+
+
+def test_verdict_evidence_names_the_figures() -> None:
+    result = diagnose({**RUNNING, "window_bytes": 95})
+    assert "download window 95% full, downloader downloading" in result.evidence
+    assert "trainers waited for shards 60% of the last 10 s" in result.evidence
+
+
+def test_verdict_of_an_empty_record_is_unknown() -> None:
+    assert diagnose({}).verdict == "unknown"
+
+
+# --- wait figures -------------------------------------------------------------------------------
+
+
+def test_consumer_stats_count_finished_and_running_waits() -> None:
+    stats = ConsumerStats(pid=7)
+    stats.begin(100.0)
+    stats.begin(101.0)  # a second iterator in the same process: one wait, not two
+    stats.end(102.0)
+    assert stats.waiting_since == 100.0
+    stats.end(103.0)
+    assert stats.wait_s == pytest.approx(3.0) and stats.waiting_since is None
+    record = stats.encode()
+    assert len(record) == ConsumerStats.RECORD_SIZE
+    assert json.loads(record) == {"pid": 7, "wait_s": 3.0, "waiting_since": None, "shards": 0}
+
+
+def test_consumer_waits_add_the_wait_in_progress_and_keep_exited_trainers() -> None:
+    waits = ConsumerWaits()
+    total, alive, waiting = waits.update(
+        {"a": {"wait_s": 2.0, "waiting_since": 10.0}, "b": {"wait_s": 1.0}}, now=13.0
+    )
+    assert (total, alive, waiting) == (pytest.approx(6.0), 2, 1)
+    total, alive, waiting = waits.update({"b": {"wait_s": 1.5}}, now=20.0)  # a exited
+    assert (total, alive, waiting) == (pytest.approx(6.5), 1, 0)
+
+
+def test_series_rate_over_the_last_seconds() -> None:
+    series = Series()
+    for t in range(0, 30):
+        series.add(float(t), {"x": 2.0 * t})
+    assert series.rate("x") == pytest.approx(2.0)
+    assert series.rate("missing") == 0.0
+
+
+def test_eta() -> None:
+    assert eta_seconds(100, 10) == 10.0
+    assert eta_seconds(0, 0) == 0.0
+    assert eta_seconds(5, 0) is None
+
+
+def test_every_key_of_a_recorded_status_is_documented() -> None:
+    docs = (DATA.parents[2] / "docs" / "status.md").read_text()
+    documented = set(re.findall(r"`([a-z_0-9]+)`", docs))
+    for path in DATA.glob("*.json"):
+        status = json.loads(path.read_text())
+        assert not sorted(set(status) - documented), path.name
+        for child in status["children"].values():
+            undocumented = [k for k in child if not re.search(rf"\b{k}\b", docs)]
+            assert not undocumented, undocumented
+
+
+def test_an_unreadable_status_is_an_error_not_not_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """status as another user than the daemon's: the state dir is private. Saying "not running"
+    would send an operator hunting for a dead daemon."""
+    from prefetchd.errors import RuntimeFailure
+    from prefetchd.layout import Layout
+    from prefetchd.status import read_status
+
+    layout = Layout(tmp_path / "cache", tmp_path / "ram", tmp_path / "state")
+    assert read_status(layout) is None
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(RuntimeFailure, match=r"permission denied.*run as that user"):
+        read_status(layout)
