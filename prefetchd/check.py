@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
+import botocore.exceptions
 
-from prefetchd.config import Config
+from prefetchd.config import Config, split_s3_url
+from prefetchd.errors import ConfigError
+from prefetchd.formats import get_format
 from prefetchd.layout import dir_problem
 from prefetchd.order import in_share, matches
 from prefetchd.sizes import format_size
-from prefetchd.store import boot_failure, make_client
+from prefetchd.store import S3Client, boot_failure, describe, make_client
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,7 @@ class Finding:
 
 def run_checks(config: Config) -> list[Finding]:
     findings = [Finding("ok", f"config {config.path or '(object)'} is valid")]
+    findings.append(_check_format(config))
     findings += list(_check_store(config))
     findings.append(_check_ram_dir(config))
     findings.append(
@@ -66,6 +70,8 @@ def _check_store(config: Config) -> Iterator[Finding]:
         and in_share(k, shard.num_workers, shard.worker_index)
     ]
     more = " (first page)" if page.get("IsTruncated") else ""
+    if src.manifest:
+        yield _check_manifest(client, src.manifest)
     if not matching and not src.manifest:
         yield Finding(
             "fail", f"no objects under {src.url} match source.include for this worker{more}"
@@ -76,6 +82,27 @@ def _check_store(config: Config) -> Iterator[Finding]:
             f"bucket {src.bucket} readable: {len(matching)} of {len(keys)} listed objects "
             f"are this worker's{more}",
         )
+
+
+def _check_format(config: Config) -> Finding:
+    """A plugin format is imported here as the writers will import it."""
+    try:
+        get_format(config.source.format)
+    except ConfigError as exc:
+        return Finding("fail", str(exc))
+    return Finding("ok", f"source.format {config.source.format} is available")
+
+
+def _check_manifest(client: S3Client, manifest: str) -> Finding:
+    if manifest.startswith("s3://"):
+        bucket, key = split_s3_url(manifest)
+        try:
+            client.head_object(Bucket=bucket, Key=key)
+        except botocore.exceptions.ClientError as exc:
+            return Finding("fail", f"source.manifest {manifest}: {describe(exc)}")
+    elif not os.access(manifest, os.R_OK) or not os.path.isfile(manifest):
+        return Finding("fail", f"source.manifest {manifest}: not a readable file")
+    return Finding("ok", f"source.manifest {manifest} is readable")
 
 
 def _check_ram_dir(config: Config) -> Finding:

@@ -20,7 +20,7 @@ from prefetchd.errors import ConfigError
 from prefetchd.sizes import format_size, parse_size
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-BUILTIN_FORMATS = ("tfrecord", "raw")
+BUILTIN_FORMATS = ("tfrecord", "raw", "lines", "tar")
 CLIENTS = ("classic", "crt")
 COMPRESSIONS = ("none", "gzip")
 

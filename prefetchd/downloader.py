@@ -21,6 +21,7 @@ import logging
 import os
 import queue
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,8 @@ from prefetchd.layout import (
     parse_object_name,
     write_atomic,
 )
-from prefetchd.order import SourceObject, epoch_order
+from prefetchd.order import epoch_permutation
+from prefetchd.share import ShareTable
 from prefetchd.store import (
     Fault,
     boot_failure,
@@ -60,8 +62,14 @@ _CHECK_BUFFER = 1024 * 1024
 @dataclass
 class EpochProgress:
     total: int
-    done: set[str]  # hashes published or skipped
+    finished: bytearray  # one byte per position in the epoch's order: published or skipped
+    done: int = 0  # how many of ``finished`` are set
     scheduled: bool = False
+
+    def mark(self, seq: int) -> None:
+        if not self.finished[seq]:
+            self.finished[seq] = 1
+            self.done += 1
 
 
 class Downloader:
@@ -73,7 +81,7 @@ class Downloader:
         self.results: queue.Queue[Job] = queue.Queue()
         self.retry_queue: list[tuple[float, Job]] = []
         self.epochs: dict[int, EpochProgress] = {}
-        self.share: list[SourceObject] = []
+        self.share = ShareTable()
         self.active: dict[str, Job] = {}  # prepared and not yet handled, by local name
         self.consecutive_faults = 0
         self.paused_until = 0.0
@@ -100,7 +108,9 @@ class Downloader:
     def run(self) -> None:
         client = make_client(self.config, pool=8)
         try:
-            self.share = list(list_share(client, self.config))
+            for obj in list_share(client, self.config):
+                self.share.append(obj)
+            self.share.finish()
         except RuntimeFailure:
             raise
         except Exception as exc:
@@ -112,11 +122,16 @@ class Downloader:
                 f"{self.config.sharding.worker_index} of {self.config.sharding.num_workers}"
             )
         log.info(
-            "%d objects, %.1f MiB in this host's share of %s",
+            "%d objects, %.1f MiB in this host's share of %s (listing held in %.1f MiB)",
             len(self.share),
-            sum(o.size for o in self.share) / 2**20,
+            self.share.total_size() / 2**20,
             self.config.source.url,
+            self.share.nbytes() / 2**20,
         )
+        if self.share.duplicates:
+            log.warning(
+                "%d keys were listed more than once; each is read once", self.share.duplicates
+            )
         # Watch before the start-up scan: a writer that deletes an object while we scan (its
         # own recovery) must still free the window, or those bytes would be held for ever.
         with Watch(self.layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions:
@@ -193,34 +208,47 @@ class Downloader:
     def _jobs(self) -> Iterator[Job]:
         count = self.config.epochs.count
         epoch = self._first_epoch()
+        bucket = self.config.source.bucket
         while count is None or epoch < count:
-            order = epoch_order(
-                self.share,
+            order = epoch_permutation(
+                len(self.share),
                 seed=self.config.epochs.seed,
                 epoch=epoch,
                 shuffle=self.config.epochs.shuffle,
             )
-            progress = EpochProgress(total=len(order), done=self._read_log(epoch))
+            progress = EpochProgress(len(order), bytearray(len(order)))
             self.epochs[epoch] = progress
-            bucket = self.config.source.bucket
-            done = progress.done
-            done_bytes = sum(o.size for o in order if done and key_hash(bucket, o.key) in done)
+            done_bytes = self._mark_logged(epoch, order, progress)
             self.counters.update(
                 epoch=epoch,
                 epoch_objects=len(order),
-                epoch_objects_done=len(progress.done),
-                epoch_bytes=sum(o.size for o in order),
+                epoch_objects_done=progress.done,
+                epoch_bytes=self.share.total_size(),
                 epoch_bytes_done=done_bytes,
             )
-            for seq, obj in enumerate(order):
+            for seq, row in enumerate(order):
+                if progress.finished[seq]:
+                    continue  # published or skipped before a restart
+                obj = self.share[row]
                 digest = key_hash(bucket, obj.key)
-                if digest in progress.done:
-                    continue
                 name = object_name(epoch, seq, digest)
                 yield Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
             progress.scheduled = True
             self._maybe_mark_downloaded(epoch)
             epoch += 1
+
+    def _mark_logged(self, epoch: int, order: array[int], progress: EpochProgress) -> int:
+        """Mark the objects a previous run published or skipped; returns their bytes."""
+        logged = self._read_log(epoch)
+        done_bytes = 0
+        if logged:
+            bucket = self.config.source.bucket
+            for seq, row in enumerate(order):
+                obj = self.share[row]
+                if key_hash(bucket, obj.key) in logged:
+                    progress.mark(seq)
+                    done_bytes += obj.size
+        return done_bytes
 
     def _first_epoch(self) -> int:
         epoch = 0
@@ -409,15 +437,15 @@ class Downloader:
 
     def _mark_done(self, job: Job) -> None:
         progress = self.epochs[job.epoch]
-        progress.done.add(key_hash(self.config.source.bucket, job.obj.key))
+        progress.mark(job.seq)
         if job.epoch == self.counters["epoch"]:
-            self.counters["epoch_objects_done"] = len(progress.done)
+            self.counters["epoch_objects_done"] = progress.done
             self.counters["epoch_bytes_done"] += job.obj.size
         self._maybe_mark_downloaded(job.epoch)
 
     def _maybe_mark_downloaded(self, epoch: int) -> None:
         progress = self.epochs[epoch]
-        if progress.scheduled and len(progress.done) >= progress.total:
+        if progress.scheduled and progress.done >= progress.total:
             marker = self.layout.downloaded_marker(epoch)
             if not marker.exists():
                 write_atomic(marker, json.dumps({"objects": progress.total}).encode())

@@ -7,6 +7,10 @@ reserves them with ``posix_fallocate``. The reservation is real allocation and s
 file's size, so the files themselves are the ledger every writer (and anyone running ``du``)
 reads: bytes under ``ram_dir`` never exceed the budget. On publish the file is truncated to
 what was written.
+
+With ``output.compression: gzip`` the frames go through one gzip stream per shard (what
+``TFRecordDataset(compression_type="GZIP")`` reads); sizes and reservations then count the
+compressed bytes, which is what occupies the RAM disk.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import fcntl
 import logging
 import os
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +32,7 @@ from prefetchd.tfrecord import FOOTER, FRAME_OVERHEAD, frame_header, masked_crc
 log = logging.getLogger(__name__)
 
 _WRITE_BUFFER = 1024 * 1024
+GZIP_LEVEL = 6  # zlib's default: the usual trade of CPU for size
 
 
 class Interrupted(Exception):
@@ -98,7 +104,7 @@ class RamBudget:
 class ShardFile:
     """One shard being written; ``publish()`` makes it visible to trainers atomically."""
 
-    def __init__(self, layout: Layout, name: str, budget: RamBudget) -> None:
+    def __init__(self, layout: Layout, name: str, budget: RamBudget, *, gzip: bool = False) -> None:
         self.layout = layout
         self.name = name
         self.budget = budget
@@ -108,22 +114,39 @@ class ShardFile:
         self.size = 0
         self.records = 0
         self._reserved = 0
+        # wbits 31: a gzip header and trailer around the deflate stream
+        self._gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31) if gzip else None
 
     def write_record(self, data: bytes) -> None:
         """Append one TFRecord frame around ``data`` (see ``tfrecord.py`` for the layout)."""
-        need = self.size + len(data) + FRAME_OVERHEAD
-        if need > self._reserved:
-            self._file.flush()
-            self._reserved = self.budget.extend(self._fd, self._reserved, need)
+        if self._gzip is not None:
+            frame = frame_header(len(data)) + data + FOOTER.pack(masked_crc(data))
+            self._write(self._gzip.compress(frame))
+            self.records += 1
+            return
+        self._reserve(self.size + len(data) + FRAME_OVERHEAD)
         write = self._file.write
         write(frame_header(len(data)))
         write(data)
         write(FOOTER.pack(masked_crc(data)))
-        self.size = need
+        self.size += len(data) + FRAME_OVERHEAD
         self.records += 1
+
+    def _reserve(self, need: int) -> None:
+        if need > self._reserved:
+            self._file.flush()
+            self._reserved = self.budget.extend(self._fd, self._reserved, need)
+
+    def _write(self, chunk: bytes) -> None:
+        if chunk:
+            self._reserve(self.size + len(chunk))
+            self._file.write(chunk)
+            self.size += len(chunk)
 
     def finish(self) -> None:
         """Flush and trim the reservation; the file is complete but not yet visible."""
+        if self._gzip is not None:
+            self._write(self._gzip.flush())
         self._file.flush()
         os.ftruncate(self._fd, self.size)
         self._file.close()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,12 @@ import botocore.exceptions
 
 from prefetchd.config import Config, split_s3_url
 from prefetchd.errors import RuntimeFailure
-from prefetchd.order import SourceObject, in_share, matches
+from prefetchd.order import SourceObject, in_share, matcher
 
 log = logging.getLogger(__name__)
 
 S3Client = Any  # boto3's client type is generated at run time
+HEAD_CONCURRENCY = 8  # HEAD requests in flight for manifest keys given without a size
 
 
 def make_client(config: Config, *, pool: int | None = None) -> S3Client:
@@ -110,13 +113,12 @@ def list_share(client: S3Client, config: Config) -> Iterator[SourceObject]:
     """This host's objects, streamed page by page from ListObjectsV2 or from the manifest."""
     src, shard = config.source, config.sharding
     prefix = src.prefix
+    included = matcher(src.include)
     for obj in _manifest_objects(client, config) if src.manifest else _listing(client, config):
         relative = obj.key[len(prefix) :] if obj.key.startswith(prefix) else obj.key
         if obj.key.endswith("/") and obj.size == 0:
             continue  # a "directory" placeholder, not data
-        if matches(relative, src.include) and in_share(
-            obj.key, shard.num_workers, shard.worker_index
-        ):
+        if included(relative) and in_share(obj.key, shard.num_workers, shard.worker_index):
             yield obj
 
 
@@ -129,25 +131,59 @@ def _listing(client: S3Client, config: Config) -> Iterator[SourceObject]:
 
 
 def _manifest_objects(client: S3Client, config: Config) -> Iterator[SourceObject]:
-    """Manifest lines are ``key`` or ``key<TAB>size``; keys without a size are HEADed."""
+    """Manifest lines are ``key`` or ``key<TAB>size``; keys without a size are HEADed,
+    ``HEAD_CONCURRENCY`` at a time (a manifest with sizes needs no request per key)."""
     manifest = config.source.manifest
     assert manifest is not None
-    for line in _manifest_lines(client, manifest):
-        key, _, size = line.partition("\t")
-        if not key:
-            continue
-        if size.strip().isdigit():
-            yield SourceObject(key, int(size), None)
-        else:
-            head = client.head_object(Bucket=config.source.bucket, Key=key)
-            yield SourceObject(key, int(head["ContentLength"]), _etag(head.get("ETag")))
+    bucket = config.source.bucket
+
+    def head(key: str) -> SourceObject | None:
+        try:
+            reply = client.head_object(Bucket=bucket, Key=key)
+        except botocore.exceptions.ClientError as exc:
+            if classify(exc) is not Fault.GONE:
+                raise
+            log.error("skipping s3://%s/%s: in source.manifest but not in the bucket", bucket, key)
+            return None
+        return SourceObject(key, int(reply["ContentLength"]), _etag(reply.get("ETag")))
+
+    for obj in _headed(_manifest_lines(client, manifest), head):
+        if obj is not None:
+            yield obj
+
+
+def _headed(
+    lines: Iterator[str], head: Callable[[str], SourceObject | None]
+) -> Iterator[SourceObject | None]:
+    """Each manifest line as an object; a bounded number of HEADs run ahead of the reader."""
+    with ThreadPoolExecutor(HEAD_CONCURRENCY) as pool:
+        pending: deque[Future[SourceObject | None]] = deque()
+        for line in lines:
+            key, _, size = line.partition("\t")
+            if not key:
+                continue
+            if size.strip().isdigit():
+                while pending:  # keep the manifest's order
+                    yield pending.popleft().result()
+                yield SourceObject(key, int(size), None)
+                continue
+            pending.append(pool.submit(head, key))
+            if len(pending) >= 4 * HEAD_CONCURRENCY:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def _manifest_lines(client: S3Client, manifest: str) -> Iterator[str]:
     if manifest.startswith("s3://"):
         bucket, key = split_s3_url(manifest)
-        body = client.get_object(Bucket=bucket, Key=key)["Body"]
-        for raw in body.iter_lines():
+        try:
+            body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        except botocore.exceptions.ClientError as exc:
+            raise RuntimeFailure(
+                f"cannot read source.manifest {manifest}: {describe(exc)}"
+            ) from None
+        for raw in body.iter_lines(chunk_size=1024 * 1024):
             yield raw.decode("utf-8").rstrip("\r")
         return
     try:

@@ -12,7 +12,9 @@ The mask is TensorFlow's: rotate the CRC right by 15 bits and add 0xa282ead8 (mo
 
 from __future__ import annotations
 
+import os
 import struct
+from array import array
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -92,3 +94,39 @@ def read_records(stream: BinaryIO, *, start_offset: int = 0) -> Iterator[bytes]:
             raise FramingError(offset, "data CRC mismatch")
         offset += FRAME_OVERHEAD + length
         yield data
+
+
+def index_records(fd: int, size: int) -> array[int]:
+    """The start offset of every frame of a TFRecord file of ``size`` bytes open as ``fd``.
+
+    Checks each length CRC and that the frames end exactly at the end of the file (data CRCs
+    are checked by ``read_record_at``). Costs one 12-byte ``pread`` and 8 bytes per record.
+    Raises ``FramingError``.
+    """
+    offsets = array("Q")
+    pos = 0
+    while pos < size:
+        header = os.pread(fd, HEADER_SIZE, pos)
+        if len(header) < HEADER_SIZE:
+            raise FramingError(pos, "truncated record header")
+        length, length_crc = _HEADER.unpack(header)
+        if masked_crc(header[:8]) != length_crc:
+            raise FramingError(pos, "length CRC mismatch (not a TFRecord, or corrupt)")
+        end = pos + FRAME_OVERHEAD + length
+        if end > size:
+            raise FramingError(pos, f"truncated record (expected {length} bytes of data)")
+        offsets.append(pos)
+        pos = end
+    return offsets
+
+
+def read_record_at(fd: int, offset: int) -> bytes:
+    """The data of the frame at ``offset`` (found by ``index_records``), its CRC checked."""
+    (length,) = struct.unpack("<Q", os.pread(fd, 8, offset))
+    data = os.pread(fd, length, offset + HEADER_SIZE)
+    footer = os.pread(fd, FOOTER_SIZE, offset + HEADER_SIZE + length)
+    if len(data) < length or len(footer) < FOOTER_SIZE:
+        raise FramingError(offset, f"truncated record (expected {length} bytes of data)")
+    if masked_crc(data) != FOOTER.unpack(footer)[0]:
+        raise FramingError(offset, "data CRC mismatch")
+    return data

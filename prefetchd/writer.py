@@ -33,7 +33,7 @@ from typing import Any
 from prefetchd.budget import ram_chunk
 from prefetchd.child import ChildContext
 from prefetchd.errors import CorruptObject
-from prefetchd.formats import Format, get_format
+from prefetchd.formats import Format, get_format, shuffled_object
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
@@ -44,14 +44,20 @@ from prefetchd.layout import (
     shard_name,
     write_atomic,
 )
-from prefetchd.order import mixing_rng
+from prefetchd.order import mixing_rng, object_rng
 from prefetchd.shards import Interrupted, RamBudget, ShardFile
 
 log = logging.getLogger(__name__)
 
 IDLE_FLUSH = 0.5  # seconds without input before a partial shard is published
+FILL_WAIT = 0.5  # seconds a writer waits for output.mix open objects before drawing anyway
 LISTING_MAX_AGE = 0.5
 JOURNAL_COMPACT_EVERY = 256
+# With epochs.shuffle, each open object's records come in a seeded random order: uncompressed
+# TFRecord objects are shuffled whole by offsets; other objects pass through a shuffle buffer,
+# and the buffers of all open objects together hold at most this much (or 256 KiB per object).
+SHUFFLE_BYTES = 32 * 1024 * 1024
+SHUFFLE_RECORDS = 65536
 
 
 @dataclass
@@ -170,6 +176,12 @@ class Writer:
             if not self.open:
                 self._idle()
                 continue
+            if self._filling():
+                self.counters["activity"] = "waiting for objects to mix"
+                self._report()
+                self.arrivals.read(timeout=0.05)
+                self.listed_at = 0.0
+                continue
             obj = (
                 self.open[self.rng.randrange(len(self.open))]
                 if len(self.open) > 1
@@ -189,6 +201,17 @@ class Writer:
             if shard.size >= self.config.output.shard_size:
                 self._publish()
             self._report()
+
+    def _filling(self) -> bool:
+        """Whether to wait for more objects before drawing: records mix only across the open
+        objects, so while downloads trail the writers, drawing at once would mix few. A writer
+        draws once ``output.mix`` objects are open, its epoch has nothing more to download,
+        or ``FILL_WAIT`` seconds passed without a new object (e.g. the window is full)."""
+        if len(self.open) >= self.config.output.mix:
+            return False
+        if time.monotonic() - self.last_input >= FILL_WAIT:
+            return False
+        return not self.layout.downloaded_marker(self.open[0].epoch).exists()
 
     def _refill(self) -> None:
         while len(self.open) < self.config.output.mix:
@@ -266,7 +289,17 @@ class Writer:
             key = json.loads(meta_path.read_text(encoding="utf-8"))["key"]
         except (OSError, ValueError, KeyError):
             key = f"<unknown key of {name}>"
-        records = self.format.records(key, str(path))
+        if self.config.epochs.shuffle:
+            records = shuffled_object(
+                self.format,
+                key,
+                str(path),
+                object_rng(self.config.epochs.seed, parsed[0], key),
+                max_records=SHUFFLE_RECORDS,
+                max_bytes=max(256 * 1024, SHUFFLE_BYTES // self.config.output.mix),
+            )
+        else:
+            records = self.format.records(key, str(path))
         obj = OpenObject(name, key, parsed[0], path, records)
         for _ in range(resume_at):
             if next(records, None) is None:
@@ -282,8 +315,9 @@ class Writer:
                 self.rng = mixing_rng(self.config.epochs.seed, epoch, self.index)
             self.shard_epoch = epoch
             self.counters["epoch"] = epoch
-            name = shard_name(epoch, self.index, self.commit.counter)
-            self.shard = ShardFile(self.layout, name, self.budget)
+            gzip = self.config.output.compression == "gzip"
+            name = shard_name(epoch, self.index, self.commit.counter, gzip=gzip)
+            self.shard = ShardFile(self.layout, name, self.budget, gzip=gzip)
         return self.shard
 
     def _drained(self, obj: OpenObject) -> None:

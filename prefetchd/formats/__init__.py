@@ -5,21 +5,50 @@ payload of one output TFRecord. A format must yield the same records in the same
 time it reads the same file (crash recovery resumes an object by counting records), and signal
 bad input by raising ``CorruptObject`` (or any exception, for user plugins) so that the object
 is quarantined and the epoch goes on.
+
+Built-in formats read ``.gz`` and ``.zst`` objects decompressed (``compressed.open_object``);
+a user plugin gets the path of the object as downloaded and may call ``open_object(key, path)``
+itself to get the same decompressed stream.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from random import Random
+from typing import Protocol, cast
 
 from prefetchd.errors import ConfigError, CorruptObject
+from prefetchd.formats.compressed import open_object
+from prefetchd.formats.lines import LinesFormat
 from prefetchd.formats.raw import RawFormat
+from prefetchd.formats.tar import TarFormat
 from prefetchd.formats.tfrecord import TFRecordFormat
+from prefetchd.order import shuffled_records
+
+__all__ = ["Format", "PluginFormat", "get_format", "open_object", "shuffled_object"]
 
 
 class Format(Protocol):
     def records(self, key: str, path: str) -> Iterator[bytes]: ...
+
+
+def shuffled_object(
+    fmt: Format, key: str, path: str, rng: Random, *, max_records: int, max_bytes: int
+) -> Iterator[bytes]:
+    """The object's records in a seeded random order (same file and ``rng`` -> same order).
+
+    A format with a ``shuffled(key, path, rng)`` method that returns an iterator shuffles the
+    whole object itself (``tfrecord`` by offsets, 8 bytes per record); any other object goes
+    through a bounded shuffle buffer (``order.shuffled_records``).
+    """
+    method = getattr(fmt, "shuffled", None)
+    whole = method(key, path, rng) if method is not None else None
+    if whole is not None:
+        return cast(Iterator[bytes], whole)
+    return shuffled_records(
+        fmt.records(key, path), rng, max_records=max_records, max_bytes=max_bytes
+    )
 
 
 class PluginFormat:
@@ -41,7 +70,12 @@ class PluginFormat:
             raise CorruptObject(key, f"{self.spec} raised {type(exc).__name__}: {exc}") from exc
 
 
-_BUILTIN: dict[str, Callable[[], Format]] = {"tfrecord": TFRecordFormat, "raw": RawFormat}
+_BUILTIN: dict[str, Callable[[], Format]] = {
+    "tfrecord": TFRecordFormat,
+    "raw": RawFormat,
+    "lines": LinesFormat,
+    "tar": TarFormat,
+}
 
 
 def get_format(spec: str) -> Format:

@@ -3,7 +3,8 @@
     python consume.py CONFIG OUT.json [--epoch K] [--delay SECONDS]
 
 Writes ``{"shards": [...], "records": [[epoch, id], ...]}`` where ``id`` is the Example's
-``id`` feature (tfrecord datasets) or its ``key`` feature (raw datasets).
+``id`` feature (tfrecord datasets), its ``data`` feature (lines datasets: each line is unique)
+or its ``key`` feature (raw and tar datasets).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def record_id(serialized: bytes) -> int | str:
     features = tf.train.Example.FromString(serialized).features.feature
     if "id" in features:
         return int(features["id"].int64_list.value[0])
+    if "line_number" in features:
+        return features["data"].bytes_list.value[0].decode()
     return features["key"].bytes_list.value[0].decode("utf-8", "surrogateescape")
 
 
@@ -58,7 +61,8 @@ def main() -> int:
         parsed = parse_shard_name(name)
         assert parsed is not None, path
         shards.append(name)
-        for raw in tf.data.TFRecordDataset(path):
+        compression = "GZIP" if path.endswith(".gz") else ""
+        for raw in tf.data.TFRecordDataset(path, compression_type=compression):
             records.append((parsed[0], record_id(raw.numpy())))
         time.sleep(args.delay)
     with open(args.out, "w", encoding="utf-8") as f:

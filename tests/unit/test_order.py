@@ -16,6 +16,7 @@ from prefetchd.order import (
     epoch_order,
     host_of,
     in_share,
+    matcher,
     matches,
     mixing_rng,
 )
@@ -166,3 +167,13 @@ def test_mixing_rng_is_deterministic_and_differs_per_writer() -> None:
 )
 def test_include_globs(key: str, patterns: list[str], expected: bool) -> None:
     assert matches(key, patterns) is expected
+
+
+@pytest.mark.parametrize(
+    "patterns",
+    [["*"], ["*.tfrecord"], ["a/*", "*.gz"], ["?x*"], ["[ab]*.bin", "*"], ["train/*/part-*"]],
+)
+def test_compiled_matcher_agrees_with_matches(patterns: list[str]) -> None:
+    keys = ["a/b.tfrecord", "x.gz", "ax", "bx/y.bin", "train/1/part-0", "", "b.bin", "../x"]
+    match = matcher(patterns)
+    assert [match(k) for k in keys] == [matches(k, patterns) for k in keys]

@@ -1,0 +1,25 @@
+"""``lines``: each line of a text, JSONL or CSV object -> Example with ``key``, ``line_number``
+and ``data``.
+
+``data`` is the line's bytes without its line ending (``\\n`` or ``\\r\\n``), undecoded;
+``line_number`` counts from 1 as editors do. Blank lines are skipped (they still count, so
+line numbers always match the file); a CSV header is an ordinary line (``line_number`` 1).
+Lines stream from disk: memory is one line, whatever the object's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prefetchd.example import encode_example
+from prefetchd.formats.compressed import open_object
+
+
+class LinesFormat:
+    def records(self, key: str, path: str) -> Iterator[bytes]:
+        key_bytes = key.encode("utf-8", "surrogateescape")
+        with open_object(key, path) as f:
+            for number, line in enumerate(f, start=1):
+                data = line.rstrip(b"\n").removesuffix(b"\r")
+                if data:
+                    yield encode_example({"key": key_bytes, "line_number": number, "data": data})
