@@ -20,14 +20,24 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from prefetchd.config import Config, load_config
 from prefetchd.errors import DaemonFailed
 from prefetchd.inotify import IN_CLOSE, IN_MOVED_TO, IN_OPEN, Event, Watch
-from prefetchd.layout import Layout, claim_name, create_exclusive, epoch_prefix
+from prefetchd.layout import (
+    Layout,
+    claim_name,
+    create_exclusive,
+    dir_bytes,
+    epoch_prefix,
+    holds_lock,
+    parse_claim_name,
+    parse_shard_name,
+)
 from prefetchd.states import DaemonState
 
 log = logging.getLogger(__name__)
@@ -42,49 +52,199 @@ def ready_files(
     epoch: int | None = None,
     timeout: float | None = None,
     grace: float = DEFAULT_GRACE,
-) -> Iterator[str]:
+    position: Mapping[str, Any] | None = None,
+) -> ReadyFiles:
     """Yield paths of complete TFRecord shards, each to exactly one caller on this host.
 
     With ``epoch=k`` only epoch k's shards are yielded and the iterator returns at that epoch's
     end; without it, all epochs in order, returning after the last. Raises ``DaemonFailed`` if
     the daemon reports ``failed`` or has been gone longer than ``grace`` seconds, and
     ``TimeoutError`` after ``timeout`` seconds without a new shard.
+
+    ``position`` makes the stream resumable: pass a position saved from ``.position()`` (or
+    ``{}`` to start one) and delivery is exactly once relative to it (see ``ReadyFiles``);
+    without one, a trainer that dies gets at-least-once (its unread claims go to others).
     """
     cfg = config if isinstance(config, Config) else load_config(config)
     count = cfg.epochs.count
     if epoch is not None and (epoch < 0 or (count is not None and epoch >= count)):
         raise ValueError(f"epoch {epoch} is not one of this job's epochs (epochs.count={count})")
-    epochs: Iterable[int] = (
-        [epoch] if epoch is not None else (range(count) if count else itertools.count())
-    )
-    layout = Layout.of(cfg)
-    health = _DaemonHealth(layout, grace)
-    _wait_for_dirs(layout, health)
-    releaser = ShardReleaser.for_layout(layout)
-    last_shard = time.monotonic()
-    # The time between asking for a shard and getting one (or the epoch's end) is the
-    # trainer waiting on data; the daemon reads it from our lock file (`consumer_wait_s`).
-    waiting = False
-    try:
-        with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
-            for k in epochs:
-                prefix = epoch_prefix(k)
-                while True:
-                    path = _claim(layout, prefix, releaser)
-                    if path is not None:
-                        last_shard = time.monotonic()
-                        waiting = releaser.end_wait(waiting, claimed=1)
-                        yield path
-                        continue
-                    if layout.complete_marker(k).exists() and not _ready_names(layout, prefix):
-                        break
-                    waiting = releaser.begin_wait(waiting)
-                    health.check()
-                    if timeout is not None and time.monotonic() - last_shard > timeout:
-                        raise TimeoutError(f"no new shard of epoch {k} for {timeout:g} s")
-                    arrivals.read(_POLL)
-    finally:
-        releaser.end_wait(waiting)
+    saved = parse_position(position) if position is not None else None
+    return ReadyFiles(cfg, epoch=epoch, timeout=timeout, grace=grace, saved=saved)
+
+
+POSITION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a resumable stream stands: ``epoch`` is the first epoch it may still have to
+    deliver, ``consumed`` the shards yielded since the position before this one (older ones are
+    deleted from the RAM disk, so they can never come back)."""
+
+    epoch: int
+    consumed: frozenset[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": POSITION_VERSION, "epoch": self.epoch, "consumed": sorted(self.consumed)}
+
+
+def parse_position(raw: Mapping[str, Any]) -> Position:
+    """A saved position (``{}`` = the start); raises ``ValueError`` naming what is wrong."""
+    if not raw:
+        return Position(0, frozenset())
+    if raw.get("version") != POSITION_VERSION:
+        raise ValueError(f"position: version {raw.get('version')!r}, expected {POSITION_VERSION}")
+    epoch, consumed = raw.get("epoch"), raw.get("consumed")
+    if not isinstance(epoch, int) or epoch < 0:
+        raise ValueError(f"position: epoch {epoch!r} is not a non-negative integer")
+    if not isinstance(consumed, list) or not all(
+        isinstance(n, str) and parse_shard_name(n) is not None for n in consumed
+    ):
+        raise ValueError("position: consumed must be a list of shard names")
+    return Position(epoch, frozenset(consumed))
+
+
+class ReadyFiles(Iterator[str]):
+    """The iterator ``ready_files()`` returns.
+
+    Resumable streams (created with a ``position``) keep the shards they yielded on the RAM disk
+    until they are covered by a position the trainer has certainly saved: ``position()`` frees
+    the shards covered by the previous call (the trainer saved that one before asking for the
+    next) and returns one that covers every path yielded so far. Call it when you have finished
+    the records of the paths you got, and save what it returns with your checkpoint. After a
+    crash the daemon returns the retained shards to ``ready/``; a stream resumed from the saved
+    position skips the ones it covers and delivers the rest: exactly once relative to it.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        epoch: int | None,
+        timeout: float | None,
+        grace: float,
+        saved: Position | None,
+    ) -> None:
+        count = config.epochs.count
+        first = saved.epoch if saved is not None else 0
+        self._epochs: Iterable[int] = (
+            ([epoch] if first <= epoch else [])
+            if epoch is not None
+            else (range(first, count) if count else itertools.count(first))
+        )
+        self._layout = Layout.of(config)
+        self._timeout = timeout
+        self._health = _DaemonHealth(self._layout, grace)
+        self._resumable = saved is not None
+        self._skip = set(saved.consumed) if saved is not None else set()
+        self._epoch = first
+        self._covered: list[str] = []  # claimed names covered by the last position()
+        self._since: list[str] = []  # claimed names yielded since the last position()
+        self._stream = self._run()
+
+    def __next__(self) -> str:
+        return next(self._stream)
+
+    def position(self) -> dict[str, Any]:
+        """A small JSON-able state to save with the trainer's checkpoint (resumable streams)."""
+        if not self._resumable:
+            raise ValueError("position() needs a resumable stream: ready_files(..., position={})")
+        self._free(self._covered)
+        self._covered, self._since = self._since, []
+        # Shards the saved position covered that have not come back yet (their dead owner's
+        # claims are returned about once a second) stay covered by this one too.
+        consumed = [n.partition("-")[2] for n in self._covered] + sorted(self._skip)
+        # A retained shard of an earlier epoch may come back after a crash: resume from there.
+        epochs = [p[0] for p in map(parse_shard_name, consumed) if p is not None]
+        return Position(min([self._epoch, *epochs]), frozenset(consumed)).to_json()
+
+    def _free(self, claimed: list[str]) -> None:
+        for name in claimed:
+            self._releaser.untrack(name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._layout.ram_claimed / name)
+
+    def _run(self) -> Iterator[str]:
+        layout, health = self._layout, self._health
+        _wait_for_dirs(layout, health)
+        self._releaser = releaser = ShardReleaser.for_layout(layout)
+        last_shard = time.monotonic()
+        # The time between asking for a shard and getting one (or the epoch's end) is the
+        # trainer waiting on data; the daemon reads it from our lock file (`consumer_wait_s`).
+        waiting = False
+        try:
+            with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
+                for k in self._epochs:
+                    self._epoch = k
+                    prefix = epoch_prefix(k)
+                    while True:
+                        claimed = self._claim(prefix)
+                        if claimed is not None:
+                            last_shard = time.monotonic()
+                            waiting = releaser.end_wait(waiting, claimed=1)
+                            if self._resumable:
+                                self._since.append(claimed)
+                            yield str(layout.ram_claimed / claimed)
+                            continue
+                        if self._epoch_over(k, prefix, releaser.owner):
+                            # nothing of epoch k can come back now: forget its covered shards
+                            self._skip = {n for n in self._skip if not n.startswith(prefix)}
+                            break
+                        waiting = releaser.begin_wait(waiting)
+                        health.check()
+                        if (
+                            self._timeout is not None
+                            and time.monotonic() - last_shard > self._timeout
+                        ):
+                            raise TimeoutError(
+                                f"no new shard of epoch {k} for {self._timeout:g} s"
+                                + self._retention_hint()
+                            )
+                        arrivals.read(_POLL)
+        finally:
+            releaser.end_wait(waiting)
+        # Exhausted: every shard was consumed, none needs to be kept for a restart.
+        self._free(self._covered + self._since)
+        self._covered, self._since = [], []
+
+    def _retention_hint(self) -> str:
+        """Why a resumable stream may starve: the shards it keeps fill the RAM budget."""
+        kept = self._covered + self._since
+        if not kept:
+            return ""
+        size = dir_bytes(self._layout.ram_claimed) if kept else 0
+        return (
+            f"; this resumable stream keeps {len(kept)} read shards on the RAM disk until "
+            f"position() is called again ({size} bytes claimed in total): call position() at "
+            "every checkpoint, or raise output.ram_budget"
+        )
+
+    def _claim(self, prefix: str) -> str | None:
+        """Claim the next shard; one the saved position covers is claimed and deleted."""
+        releaser = self._releaser
+        for name in _ready_names(self._layout, prefix):
+            claimed = claim_name(releaser.owner, name)
+            releaser.track(claimed, retain=self._resumable)
+            try:
+                os.rename(self._layout.ram_ready / name, self._layout.ram_claimed / claimed)
+            except FileNotFoundError:
+                releaser.untrack(claimed)
+                continue  # another trainer process claimed it first
+            if name in self._skip:
+                self._skip.discard(name)
+                self._free([claimed])  # consumed before the saved position
+                continue
+            return claimed
+        return None
+
+    def _epoch_over(self, epoch: int, prefix: str, owner: str) -> bool:
+        """Epoch k is over once it is complete, nothing of it is ready, and no claim of a dead
+        trainer is waiting to be returned to ready/ (the daemon does that about once a second)."""
+        layout = self._layout
+        if not layout.complete_marker(epoch).exists() or _ready_names(layout, prefix):
+            return False
+        return not _orphaned_claims(layout, prefix, owner)
 
 
 def _ready_names(layout: Layout, prefix: str) -> list[str]:
@@ -94,17 +254,18 @@ def _ready_names(layout: Layout, prefix: str) -> list[str]:
         return []
 
 
-def _claim(layout: Layout, prefix: str, releaser: ShardReleaser) -> str | None:
-    for name in _ready_names(layout, prefix):
-        claimed = claim_name(releaser.owner, name)
-        releaser.track(claimed)
-        try:
-            os.rename(layout.ram_ready / name, layout.ram_claimed / claimed)
-        except FileNotFoundError:
-            releaser.untrack(claimed)
-            continue  # another trainer process claimed it first
-        return str(layout.ram_claimed / claimed)
-    return None
+def _orphaned_claims(layout: Layout, prefix: str, own: str) -> bool:
+    try:
+        names = os.listdir(layout.ram_claimed)
+    except FileNotFoundError:
+        return False
+    for name in names:
+        parsed = parse_claim_name(name)
+        if parsed is None or parsed[0] == own or not parsed[1].startswith(prefix):
+            continue
+        if not holds_lock(layout.consumer_lock(parsed[0])):
+            return True
+    return False
 
 
 def _wait_for_dirs(layout: Layout, health: _DaemonHealth) -> None:
@@ -217,6 +378,7 @@ class ShardReleaser:
         self._alive_lock = lock
         self.released = 0
         self._opens: dict[str, int] = {}  # claimed name -> open handles (-1: never opened)
+        self._retained: set[str] = set()  # claims of resumable streams: never deleted here
         self._lock = threading.Lock()
         self._watch = Watch(self.directory, IN_OPEN | IN_CLOSE)
         self._thread = threading.Thread(target=self._run, name="prefetchd-releaser", daemon=True)
@@ -250,13 +412,17 @@ class ShardReleaser:
         except OSError as exc:  # statistics must never break the trainer
             log.debug("cannot write consumer stats: %s", exc)
 
-    def track(self, name: str) -> None:
+    def track(self, name: str, *, retain: bool = False) -> None:
+        """Watch a claim; ``retain``: keep it once read (its stream frees it)."""
         with self._lock:
             self._opens[name] = -1
+            if retain:
+                self._retained.add(name)
 
     def untrack(self, name: str) -> None:
         with self._lock:
             self._opens.pop(name, None)
+            self._retained.discard(name)
 
     def stale(self) -> bool:
         """Whether ``claimed/`` was replaced (a fresh job recreated the RAM disk), so this
@@ -311,6 +477,8 @@ class ShardReleaser:
 
     def _release(self, name: str) -> None:
         del self._opens[name]
+        if name in self._retained:
+            return  # read, but kept until a saved position covers it
         self.released += 1
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.directory / name)

@@ -15,6 +15,7 @@ When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -39,13 +40,23 @@ from prefetchd.layout import (
 )
 from prefetchd.order import epoch_permutation
 from prefetchd.share import ShareTable
-from prefetchd.store import Fault, boot_failure, classify, describe, list_share, make_client
+from prefetchd.store import (
+    Fault,
+    boot_failure,
+    classify,
+    describe,
+    is_plain_md5,
+    list_share,
+    make_client,
+)
+from prefetchd.tfrecord import FramingError, read_records
 from prefetchd.transfer import IntegrityError, Job, make_transfer
 
 log = logging.getLogger(__name__)
 
 MAX_INTEGRITY_ATTEMPTS = 3
 BACKOFF_MAX = 60.0
+_CHECK_BUFFER = 1024 * 1024
 
 
 @dataclass
@@ -123,12 +134,14 @@ class Downloader:
             log.warning(
                 "%d keys were listed more than once; each is read once", self.share.duplicates
             )
-        self._recover()
-        self.transfer = make_transfer(self.config, self._transfer_done)
-        self.ctx.ready = True
-        self.ctx.report(force=True)
+        # Watch before the start-up scan: a writer that deletes an object while we scan (its
+        # own recovery) must still free the window, or those bytes would be held for ever.
         with Watch(self.layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions:
             self.deletions = deletions
+            self._recover()
+            self.transfer = make_transfer(self.config, self._transfer_done)
+            self.ctx.ready = True
+            self.ctx.report(force=True)
             try:
                 self._loop()
             finally:
@@ -323,9 +336,12 @@ class Downloader:
         self.active.pop(job.name, None)
         self.counters["retries"] += job.retries
         if job.error is None:
-            self._publish(job)
-            self.consecutive_faults = 0
-            return
+            job.error = self._check_records(job)
+        if job.error is None:
+            job.error = self._try_publish(job)
+            if job.error is None:
+                self.consecutive_faults = 0
+                return
         self._discard(job)
         if self.ctx.stopping:
             return
@@ -347,6 +363,8 @@ class Downloader:
             self.consecutive_faults += 1
             delay = min(BACKOFF_MAX, 2.0 ** min(self.consecutive_faults, 6))
             reason = "access denied" if fault is Fault.DENIED else "store errors"
+            if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+                reason = f"download.cache_dir {self.layout.cache} is full"
             self.pause_reason = f"{reason} ({describe(error)}), retrying in {delay:.0f}s"
             self.paused_until = time.monotonic() + delay
             log.warning("%s: %s; pausing downloads for %.0fs", key, describe(error), delay)
@@ -371,6 +389,33 @@ class Downloader:
         meta = {"key": job.obj.key, "size": job.obj.size, "etag": job.obj.etag, "epoch": job.epoch}
         write_atomic(self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode())
 
+    def _check_records(self, job: Job) -> IntegrityError | None:
+        """Without an MD5 ETag (multipart uploads) nothing checked the bytes end to end; for
+        TFRecord input the records' CRCs still can, before a writer ever sees them."""
+        if self.config.source.format != "tfrecord" or is_plain_md5(job.obj.etag):
+            return None
+        if job.obj.key.endswith((".gz", ".zst")):
+            return None
+        try:
+            with open(job.tmp, "rb", buffering=_CHECK_BUFFER) as f:
+                for _ in read_records(f):
+                    pass
+        except FramingError as exc:
+            return IntegrityError(f"TFRecord CRC check failed {exc}")
+        return None
+
+    def _try_publish(self, job: Job) -> OSError | None:
+        """Publish; a full cache disk (ENOSPC) is returned as the job's error, to be retried
+        after a pause like a store error — the object was not logged, so nothing is lost."""
+        try:
+            self._publish(job)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)
+            return exc
+        return None
+
     def _publish(self, job: Job) -> None:
         if job.name in self.meta_written:
             self.meta_written.discard(job.name)
@@ -394,6 +439,9 @@ class Downloader:
         self.window.release(job.name)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(job.tmp)
+        if job.name in self.meta_written:  # written early by _transfer_done, now not wanted
+            self.meta_written.discard(job.name)
+            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)
 
     def _retry(self, job: Job, *, delay: float, count_attempt: bool = True) -> None:
         if count_attempt:

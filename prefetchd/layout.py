@@ -31,6 +31,7 @@ Every directory is created private (0700) and every file is created with ``O_EXC
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -333,3 +334,18 @@ def dir_bytes(*dirs: Path) -> int:
         except FileNotFoundError:
             continue
     return total
+
+
+def holds_lock(path: Path) -> bool:
+    """Whether some live process holds the flock on ``path`` (a trainer's liveness lock)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

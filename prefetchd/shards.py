@@ -64,7 +64,9 @@ class RamBudget:
 
     def used(self) -> int:
         lay = self.layout
-        return dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed)
+        # consumers/ too: each trainer's lock file carries its wait figures (256 bytes), and
+        # the promise is about every byte under ram_dir.
+        return dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed, lay.ram_consumers)
 
     def extend(self, fd: int, reserved: int, need: int) -> int:
         """Grow the reservation of ``fd`` from ``reserved`` to at least ``need``; blocks until the

@@ -30,6 +30,7 @@ from prefetchd.layout import (
     Layout,
     dir_bytes,
     epoch_prefix,
+    holds_lock,
     parse_claim_name,
     write_atomic,
 )
@@ -129,6 +130,7 @@ class Supervisor:
                 time.sleep(TICK)
         finally:
             self._stop_children()
+            self._collect_reports()  # the children's last words: final counters
             self._publish_status(force=True)
             if self.metrics is not None:
                 self.metrics.stop()
@@ -243,13 +245,17 @@ class Supervisor:
             child.state = ChildState.STARTING  # BACKOFF -> STARTING
         log.debug("started %s (pid %s)", child.name, child.pid)
 
-    def _reap_and_restart(self) -> None:
+    def _collect_reports(self) -> None:
         reports = read_children(self.layout)
-        now = time.monotonic()
         for child in self.children:
             report = reports.get(child.name)
             if report and report.get("pid") == child.pid:
                 child.last_report = report
+
+    def _reap_and_restart(self) -> None:
+        self._collect_reports()
+        now = time.monotonic()
+        for child in self.children:
             if child.state is ChildState.BACKOFF:
                 if now >= child.next_start:
                     child.restarts += 1
@@ -380,12 +386,12 @@ class Supervisor:
                 continue
             owner, shard = parsed
             if owner not in dead:
-                dead[owner] = not _holds_lock(lay.consumer_lock(owner))
+                dead[owner] = not holds_lock(lay.consumer_lock(owner))
             if dead[owner]:
                 log.warning("trainer %s died holding %s; returning it to ready/", owner, shard)
                 os.rename(lay.ram_claimed / name, lay.ram_ready / shard)
         for lock in lay.ram_consumers.glob("*.lock"):
-            is_dead = dead[lock.stem] if lock.stem in dead else not _holds_lock(lock)
+            is_dead = dead[lock.stem] if lock.stem in dead else not holds_lock(lock)
             if is_dead:
                 lock.unlink(missing_ok=True)
 
@@ -569,18 +575,3 @@ def _count(directory: Path) -> int:
         return len(os.listdir(directory))
     except FileNotFoundError:
         return 0
-
-
-def _holds_lock(path: Path) -> bool:
-    """Whether some live process holds the flock on ``path`` (a trainer's liveness lock)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False

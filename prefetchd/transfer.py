@@ -187,7 +187,7 @@ class ClassicTransfer:
         offset, got = start, 0
         try:
             while chunk := body.read(_CHUNK):
-                os.pwrite(job.fd, chunk, offset)
+                _pwrite_all(job.fd, chunk, offset)
                 if job.md5 is not None:
                     job.md5.update(chunk)
                 offset += len(chunk)
@@ -202,6 +202,16 @@ class ClassicTransfer:
             settle(job)
         finally:
             self._done(job)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """``pwrite`` may write less than asked (a disk filling up) without raising: write the rest,
+    so a full disk ends in ENOSPC instead of a silent hole in the file."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
 
 
 def settle(job: Job) -> None:

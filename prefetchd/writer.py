@@ -415,12 +415,14 @@ class Writer:
     def _waiting_for_ram(self) -> bool:
         """Called while blocked on the RAM budget: stay visibly alive; say whether to stop."""
         self.counters["activity"] = "waiting for RAM budget (trainers are behind)"
+        self.counters["objects_open"] = len(self.open)
         self.counters["ram_wait_s"] = round(self.budget.waited, 3)
         self.ctx.report()
         return self.ctx.should_stop()
 
     def _report(self) -> None:
         self.counters["ram_wait_s"] = round(self.budget.waited, 3)
+        self.counters["objects_open"] = len(self.open)
         if self.open:
             self.counters["activity"] = "writing"
         self.ctx.report()

@@ -14,7 +14,8 @@ never outlive their test.
   process group; at teardown the group gets SIGTERM, then SIGKILL.
 
 Fake AWS credentials are set in ``os.environ`` for the whole session and restored at its end.
-Tests marked ``soak`` run only with ``--soak`` (``scripts/test.sh --soak``).
+Tests marked ``soak`` run only with ``--soak`` (``scripts/test.sh`` passes it unless
+``PREFETCHD_SKIP_SOAK=1``).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--soak"):
         return
-    skip = pytest.mark.skip(reason="soak test: run with --soak (scripts/test.sh --soak)")
+    skip = pytest.mark.skip(reason="soak test: run with --soak (scripts/test.sh runs it)")
     for item in items:
         if "soak" in item.keywords:
             item.add_marker(skip)

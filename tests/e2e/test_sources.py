@@ -355,7 +355,7 @@ def test_writer_killed_mid_object_resumes_shuffled_lines_exactly_once(
     lines: list[str] = []
     for i in range(6):
         key = f"{PREFIX}big-{i}.txt" + ("", ".gz", ".zst")[i % 3]
-        mine = [f"object {i} line {j} {rng.randbytes(40).hex()}" for j in range(2500)]
+        mine = [f"object {i} line {j} {rng.randbytes(200).hex()}" for j in range(2500)]
         lines += mine
         objects[key] = compress(("\n".join(mine) + "\n").encode(), key)
     put(s3_client, bucket, objects)
@@ -367,7 +367,9 @@ def test_writer_killed_mid_object_resumes_shuffled_lines_exactly_once(
     )
     daemon = run_daemon(config_path)
     out = tmp_path / "c.json"
-    consumer = start_consumer(config_path, out, "--delay", "0.05")
+    # A slow trainer and a small RAM budget: the writer blocks on the budget with objects open,
+    # a state that lasts until the trainer frees a shard, so the kill lands mid-object.
+    consumer = start_consumer(config_path, out, "--delay", "0.2")
     report = tmp_path / "state" / "children" / "writer-0.json"  # the writer's own counters
     victim = None
     deadline = time.monotonic() + 60
@@ -376,7 +378,8 @@ def test_writer_killed_mid_object_resumes_shuffled_lines_exactly_once(
             counters = json.loads(report.read_text())
         except (OSError, ValueError):
             counters = {}
-        if counters.get("records_written", 0) > 0:  # a shard published, objects still open
+        blocked = str(counters.get("activity", "")).startswith("waiting for RAM")
+        if counters.get("records_written", 0) > 0 and counters.get("objects_open", 0) and blocked:
             victim = int(counters["pid"])
         time.sleep(0.05)
     assert victim, f"writer-0 never wrote\n{daemon.output()}"

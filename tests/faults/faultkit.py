@@ -1,0 +1,86 @@
+"""What the fault tests share: trainer processes, status reads, and the expected records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sample_data import read_ids
+
+HERE = Path(__file__).resolve().parent
+
+
+def start_reader(config: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "reader.py"), str(config), str(out), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=open(out.with_suffix(".log"), "wb"),
+    )
+
+
+def finish_reader(proc: subprocess.Popen[bytes], out: Path, timeout: float = 240) -> dict[str, Any]:
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"trainer still running after {timeout:.0f} s: {log_tail(out)}")
+    assert code == 0, f"trainer failed ({code}):\n{log_tail(out)}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def log_tail(out: Path) -> str:
+    try:
+        return out.with_suffix(".log").read_text(errors="replace")[-3000:]
+    except OSError:
+        return ""
+
+
+def state_dir(config: Path) -> Path:
+    return Path(yaml.safe_load(config.read_text())["status"]["state_dir"])
+
+
+def read_status(config: Path) -> dict[str, Any] | None:
+    try:
+        status: dict[str, Any] = json.loads((state_dir(config) / "status.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return status
+
+
+def wait_status(
+    config: Path, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str
+) -> dict[str, Any]:
+    """Poll ``status.json`` until ``predicate`` holds; fail naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = read_status(config)
+        if last is not None and predicate(last):
+            return last
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last status: {last}")
+
+
+def delivered(results: Iterable[dict[str, Any]], epoch: int | None = None) -> Counter[int]:
+    return Counter(rid for r in results for e, rid in r["records"] if epoch in (None, e))
+
+
+def ids_of(s3_client: Any, bucket: str, key: str, tmp: Path) -> list[int]:
+    """Record ids of one source object, read back from the store."""
+    path = tmp / "ids-of.tfrecord"
+    path.write_bytes(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    return read_ids(path)
+
+
+def error_keys(status: dict[str, Any]) -> set[str]:
+    return {e.get("key") for e in status.get("last_errors", [])}

@@ -1,0 +1,238 @@
+"""Faults from the object store, injected by a proxy between the daemon and moto: every record
+arrives exactly once, or the documented policy applies and is counted — never silently."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faultkit import (
+    delivered,
+    error_keys,
+    finish_reader,
+    ids_of,
+    read_status,
+    start_reader,
+    wait_status,
+)
+from faultproxy import FaultProxy, Rule
+from sample_data import tfrecord_object
+
+pytestmark = pytest.mark.e2e
+
+KIB, MIB = 1024, 1024**2
+# single GETs and ranged GETs (part_size is 256 KiB in the test config)
+SIZES = [3 * KIB, 40 * KIB, 700 * KIB, 90 * KIB, 1 * MIB, 12 * KIB, 300 * KIB, 5 * KIB]
+
+
+def pause_seconds(status: dict[str, Any]) -> int:
+    found = re.search(r"retrying in ([0-9]+)s", str(status.get("download_activity")))
+    return int(found.group(1)) if found else 0
+
+
+@pytest.fixture
+def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(s3_endpoint, seed=1) as p:
+        yield p
+
+
+def run_epoch(
+    tmp_path: Path,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+    **overrides: Any,
+) -> tuple[Path, Any, Any]:
+    config = write_config(tmp_path, source__endpoint_url=proxy.url, epochs__count=1, **overrides)
+    daemon = run_daemon(config)
+    out = tmp_path / "trainer.json"
+    return config, daemon, (start_reader(config, out), out)
+
+
+def test_transient_errors_resets_short_bodies_and_stalls_are_retried(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    dataset = upload("tfrecord", SIZES, seed=11)
+    for rule in (
+        Rule("error", status=500, code="InternalError", times=3),
+        Rule("error", status=502, code="BadGateway", times=2),
+        Rule("error", status=503, code="SlowDown", times=3),
+        Rule("error", status=400, code="RequestTimeout", times=2),
+        Rule("reset", ranged=True, times=2),
+        Rule("short", ranged=False, times=2),
+        Rule("stall", seconds=1.5, times=2),
+    ):
+        proxy.add(rule)
+    config, daemon, (reader, out) = run_epoch(tmp_path, write_config, run_daemon, proxy)
+    result = finish_reader(reader, out)
+    assert daemon.wait(120) == 0, daemon.output()
+
+    assert delivered([result]) == Counter(dataset["ids"]), "records lost or doubled"
+    faults = proxy.faults_by_action()
+    assert faults["error"] == 10 and faults["reset"] == 2 and faults["short"] == 2, faults
+    status = read_status(config)
+    assert status is not None
+    retried = faults["error"] + faults["reset"] + faults["short"]
+    assert status["retries"] >= retried, f"status counts {status['retries']} retries"
+    assert status["errors"] == 0 and status["objects_skipped"] == 0
+
+
+def test_throttling_longer_than_the_retry_budget_pauses_instead_of_skipping(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    dataset = upload("tfrecord", SIZES, seed=12)
+    proxy.add(Rule("error", status=503, code="SlowDown", times=None))
+    config, daemon, (reader, out) = run_epoch(
+        tmp_path, write_config, run_daemon, proxy, download__retries=1
+    )
+    status = wait_status(
+        config,
+        lambda s: "paused" in str(s.get("download_activity")),
+        90,
+        "the downloader to show it paused",
+    )
+    assert status["state"] == "running" and daemon.alive()
+    assert "SlowDown" in status["download_activity"]
+    assert status["objects_skipped"] == 0
+    proxy.clear()  # the store recovers
+    result = finish_reader(reader, out)
+    assert daemon.wait(120) == 0, daemon.output()
+    assert delivered([result]) == Counter(dataset["ids"]), "records lost or doubled"
+    final = read_status(config)
+    assert final is not None and final["objects_skipped"] == 0 and final["retries"] > 0
+
+
+def test_flipped_byte_in_one_ranged_part_is_detected_and_refetched(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    """boto3 does not verify ranged downloads; prefetchd checks the MD5 of the whole object."""
+    dataset = upload("tfrecord", SIZES, seed=13)
+    victim = dataset["keys"][4]  # 1 MiB: four ranged parts, single-part upload (MD5 ETag)
+    proxy.add(Rule("flip", key=victim, ranged=True, times=1))
+    config, daemon, (reader, out) = run_epoch(tmp_path, write_config, run_daemon, proxy)
+    result = finish_reader(reader, out)
+    assert daemon.wait(120) == 0, daemon.output()
+    assert proxy.hits("flip") == 1
+    assert delivered([result]) == Counter(dataset["ids"]), "corrupt or missing records"
+    status = read_status(config)
+    assert status is not None and status["errors"] == 0 and status["retries"] >= 1
+    assert "re-fetching" in daemon.output() and victim in daemon.output()
+
+
+def test_flipped_byte_in_a_multipart_uploaded_object_is_caught_by_record_crcs(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    """A multipart upload's ETag is not an MD5, so only the TFRecord CRCs can tell."""
+    dataset = upload("tfrecord", SIZES[:4], seed=14)
+    ids = list(range(100_000, 100_084))
+    body = tfrecord_object(ids, 64 * KIB, random.Random(14))
+    key = "data/multipart.tfrecord"
+    up = s3_client.create_multipart_upload(Bucket=bucket, Key=key)
+    parts = []
+    for number, start in enumerate(range(0, len(body), 5 * MIB), start=1):
+        part = s3_client.upload_part(
+            Bucket=bucket,
+            Key=key,
+            UploadId=up["UploadId"],
+            PartNumber=number,
+            Body=body[start : start + 5 * MIB],
+        )
+        parts.append({"PartNumber": number, "ETag": part["ETag"]})
+    s3_client.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=up["UploadId"], MultipartUpload={"Parts": parts}
+    )
+    assert "-" in s3_client.head_object(Bucket=bucket, Key=key)["ETag"]
+    proxy.add(Rule("flip", key=key, ranged=True, times=1))
+    config, daemon, (reader, out) = run_epoch(tmp_path, write_config, run_daemon, proxy)
+    result = finish_reader(reader, out)
+    assert daemon.wait(120) == 0, daemon.output()
+    assert proxy.hits("flip") == 1
+    assert delivered([result]) == Counter(dataset["ids"] + ids), "corrupt or missing records"
+    status = read_status(config)
+    assert status is not None and status["errors"] == 0, status["last_errors"]
+
+
+@pytest.mark.parametrize(
+    ("status_code", "code", "what"),
+    [(404, "NoSuchKey", "deleted after it was listed"), (412, "PreconditionFailed", "overwritten")],
+)
+def test_object_gone_or_changed_after_listing_is_skipped_counted_and_logged_once(
+    status_code: int,
+    code: str,
+    what: str,
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    dataset = upload("tfrecord", SIZES, seed=15)
+    victim = dataset["keys"][2]
+    lost = ids_of(s3_client, bucket, victim, tmp_path)
+    proxy.add(Rule("error", key=victim, status=status_code, code=code, times=None))
+    config, daemon, (reader, out) = run_epoch(tmp_path, write_config, run_daemon, proxy)
+    result = finish_reader(reader, out)
+    assert daemon.wait(120) == 0, daemon.output()
+
+    expected = Counter(dataset["ids"]) - Counter(lost)
+    assert delivered([result]) == expected, "healthy records lost or doubled"
+    status = read_status(config)
+    assert status is not None
+    assert status["objects_skipped"] == 1 and status["errors"] == 1
+    assert victim in error_keys(status)
+    lines = [ln for ln in daemon.output(limit=10**6).splitlines() if victim in ln]
+    assert len(lines) == 1 and what in lines[0], lines
+
+
+def test_access_denied_pauses_visibly_without_a_tight_loop(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    """Expired credentials (403) mid-run: a clear state, slow retries, then recovery."""
+    dataset = upload("tfrecord", SIZES, seed=16)
+    proxy.add(Rule("error", status=403, code="ExpiredToken", times=None))
+    config, daemon, (reader, out) = run_epoch(tmp_path, write_config, run_daemon, proxy)
+    status = wait_status(
+        config,
+        lambda s: "access denied" in str(s.get("download_activity")),
+        60,
+        "status to say access is denied",
+    )
+    assert "ExpiredToken" in status["download_activity"]
+    first = proxy.gets()
+    wait_status(config, lambda s: pause_seconds(s) >= 8, 60, "the pause to back off")
+    # Backing off 2 s, 4 s, 8 s: a handful of requests per pause, not a tight loop.
+    assert proxy.gets() - first <= 4 * len(SIZES), "hammering the store while denied"
+    assert daemon.alive() and read_status(config)["objects_skipped"] == 0  # type: ignore[index]
+    proxy.clear()  # credentials refreshed
+    result = finish_reader(reader, out)
+    assert daemon.wait(120) == 0, daemon.output()
+    assert delivered([result]) == Counter(dataset["ids"])
