@@ -15,6 +15,14 @@ import pytest
 import yaml
 from sample_data import read_ids
 
+KIB, MIB = 1024, 1024**2
+# 3 KiB to 1.5 MiB: single and ranged GETs, several shards per epoch.
+SIZES = [
+    3 * KIB, 40 * KIB, 700 * KIB, 90 * KIB, 1 * MIB, 12 * KIB, 300 * KIB, 5 * KIB,
+    150 * KIB, 600 * KIB, 20 * KIB, 1536 * KIB, 64 * KIB, 8 * KIB, 400 * KIB, 33 * KIB,
+]  # fmt: skip
+
+
 HERE = Path(__file__).resolve().parent
 
 

@@ -13,15 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from faultkit import HERE, delivered, finish_reader, read_status, start_reader, wait_status
+from faultkit import HERE, SIZES, delivered, finish_reader, read_status, start_reader, wait_status
 
 pytestmark = pytest.mark.e2e
-
-KIB, MIB = 1024, 1024**2
-SIZES = [
-    3 * KIB, 40 * KIB, 700 * KIB, 90 * KIB, 1 * MIB, 12 * KIB, 300 * KIB, 5 * KIB,
-    150 * KIB, 600 * KIB, 20 * KIB, 1536 * KIB, 64 * KIB, 8 * KIB, 400 * KIB, 33 * KIB,
-]  # fmt: skip
 
 
 def pid_gone(pid: int) -> bool:

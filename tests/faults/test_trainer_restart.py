@@ -11,17 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import delivered, finish_reader, start_reader
+from faultkit import SIZES, delivered, finish_reader, start_reader
 
 from prefetchd.consumer import parse_position
 
 pytestmark = pytest.mark.e2e
-
-KIB, MIB = 1024, 1024**2
-SIZES = [
-    3 * KIB, 40 * KIB, 700 * KIB, 90 * KIB, 1 * MIB, 12 * KIB, 300 * KIB, 5 * KIB,
-    150 * KIB, 600 * KIB, 20 * KIB, 1536 * KIB, 64 * KIB, 8 * KIB, 400 * KIB, 33 * KIB,
-]  # fmt: skip
 
 
 def crashed(proc: Any) -> None:
