@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-RAM_CHUNK_MAX = 4 * 1024 * 1024
+RAM_CHUNK_MAX = 16 * 1024 * 1024
 
 
 @dataclass
@@ -39,7 +39,9 @@ class Window:
 
 
 def ram_chunk(shard_size: int) -> int:
-    """How much a writer reserves at a time: small enough that reservations track real use."""
+    """How much a writer reserves at a time: small enough that reservations track real use,
+    large enough that the lock and the walk of ``ram_dir`` are not paid every few records
+    (at 4 MiB they took a fifth of a writer's time on 1 MiB records)."""
     return max(64 * 1024, min(shard_size, RAM_CHUNK_MAX))
 
 

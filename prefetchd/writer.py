@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 IDLE_FLUSH = 0.5  # seconds without input before a partial shard is published
 STARVED_FLUSH = 0.5  # age of a partial shard published early while ready/ is empty
 FILL_WAIT = 0.5  # seconds a writer waits for output.mix open objects before drawing anyway
+FILL_CHECK = 0.05  # how often a writer with fewer than output.mix objects re-checks the above
 LISTING_MAX_AGE = 0.5
 JOURNAL_COMPACT_EVERY = 256
 # With epochs.shuffle, each open object's records come in a seeded random order: uncompressed
@@ -108,6 +109,9 @@ class Writer:
         self.listing: list[str] = []
         self.listed_at = 0.0
         self.last_input = time.monotonic()
+        self.fill_since: float | None = None  # since when fewer than output.mix are open
+        self.fill_checked = 0.0
+        self.fill_wait = True
         self.shard_checked = 0.0  # when _trainers_starved last looked (or the shard opened)
         self.counters = ctx.counters
         self.counters.update(
@@ -215,6 +219,9 @@ class Writer:
         if now - self.shard_checked < STARVED_FLUSH:
             return False
         self.shard_checked = now
+        return self._ready_empty()
+
+    def _ready_empty(self) -> bool:
         try:
             with os.scandir(self.layout.ram_ready) as entries:
                 return next(entries, None) is None
@@ -225,12 +232,26 @@ class Writer:
         """Whether to wait for more objects before drawing: records mix only across the open
         objects, so while downloads trail the writers, drawing at once would mix few. A writer
         draws once ``output.mix`` objects are open, its epoch has nothing more to download,
-        or ``FILL_WAIT`` seconds passed without a new object (e.g. the window is full)."""
+        ``FILL_WAIT`` seconds passed without a new object (e.g. the window is full), or it has
+        had fewer than ``mix`` objects for ``STARVED_FLUSH`` while no shard is ready for the
+        trainers: better mixing is worth nothing to a trainer with nothing to read (at start-up
+        with two writers and ``mix`` 8 it would wait for the first 16 objects). The file-system
+        checks run at most every ``FILL_CHECK`` seconds, not per record."""
         if len(self.open) >= self.config.output.mix:
+            self.fill_since = None
             return False
-        if time.monotonic() - self.last_input >= FILL_WAIT:
-            return False
-        return not self.layout.downloaded_marker(self.open[0].epoch).exists()
+        now = time.monotonic()
+        if self.fill_since is None:
+            self.fill_since = now
+        elif now - self.fill_checked < FILL_CHECK:
+            return self.fill_wait
+        self.fill_checked = now
+        self.fill_wait = not (
+            now - self.last_input >= FILL_WAIT
+            or (now - self.fill_since >= STARVED_FLUSH and self._ready_empty())
+            or self.layout.downloaded_marker(self.open[0].epoch).exists()
+        )
+        return self.fill_wait
 
     def _refill(self) -> None:
         while len(self.open) < self.config.output.mix:

@@ -233,7 +233,7 @@ class Bench:
                 "mix": 8,
             },
             "status": {"state_dir": str(run_dir / "state")},
-            "log": {"level": "warning"},
+            "log": {"level": "info" if self.args.keep_logs else "warning"},
         }
         for dotted, value in overrides.items():
             section, key = dotted.split("__")
@@ -291,15 +291,23 @@ class Bench:
         change the daemon's config."""
         run_dir = Path(tempfile.mkdtemp(prefix=f"{loader}-{ds.spec.name}-", dir=self.work))
         try:
-            return self._run_trainer(ds, loader, run_dir, gil_work, trainer or {}, overrides)
+            result = self._run_trainer(ds, loader, run_dir, gil_work, trainer or {}, overrides)
+            if self.args.keep_logs:
+                self._keep(run_dir, self.logs.parent / "logs")
+            return result
         except Exception as exc:
-            kept = self.logs / run_dir.name
-            shutil.copytree(run_dir, kept, ignore=shutil.ignore_patterns("cache", "state"))
+            kept = self._keep(run_dir, self.logs)
             raise RuntimeError(f"{type(exc).__name__}: {exc} (logs in {kept})") from None
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
             shutil.rmtree(self.ram / run_dir.name, ignore_errors=True)
             shutil.rmtree(self.cache_root / run_dir.name, ignore_errors=True)
+
+    @staticmethod
+    def _keep(run_dir: Path, parent: Path) -> Path:
+        kept = parent / run_dir.name
+        shutil.copytree(run_dir, kept, ignore=shutil.ignore_patterns("cache", "state"))
+        return kept
 
     def _run_trainer(
         self,
@@ -425,6 +433,16 @@ def missing_packages() -> list[str]:
     return missing
 
 
+def compile_bytecode() -> None:
+    """Write prefetchd's ``.pyc`` files, as ``pip install`` does for an installed package. A
+    source checkout under ``PYTHONDONTWRITEBYTECODE=1`` (set on some machines) would otherwise
+    compile every module again in each of the daemon's processes and in the trainer, a start-up
+    cost the baselines, whose libraries are installed with their bytecode, do not pay."""
+    import compileall
+
+    compileall.compile_dir(ROOT / "prefetchd", quiet=1)
+
+
 def bench_env(endpoint: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
@@ -508,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    compile_bytecode()
     network = args.network
     if args.in_netns is None and network != "loopback-host":
         reason = bench_store.can_shape()
@@ -768,6 +787,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--gil-work", type=int, default=20000, help="Python loop iterations per step (0: off)"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="daemon log at info level; every run's logs kept in <out>/logs",
+    )
     p.add_argument("--out", help="results directory (default bench-results/<time>)")
     p.add_argument("--report", metavar="RESULTS_JSON", help="only re-render a run's report")
     p.add_argument("--in-netns", help=argparse.SUPPRESS)

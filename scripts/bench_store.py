@@ -100,6 +100,7 @@ def seaweedfs_command(weed: str, data_dir: Path, base: int) -> tuple[list[str], 
         "-s3",
         f"-s3.port={s3}",
         "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
         *(f"-{name}={port}" for name, port in ports.items()),
     ]
     return cmd, s3

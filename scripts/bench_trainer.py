@@ -178,6 +178,7 @@ def measure(spec: dict[str, Any], ds: Any) -> dict[str, Any]:
     records = nbytes = batches = 0
     first_batch = None
     cpu0 = cpu_first = me.cpu_times()
+    go_unix = time.time()
     t0 = time.perf_counter()
     last = t0
     for _, n, size in ds:
@@ -207,6 +208,7 @@ def measure(spec: dict[str, Any], ds: Any) -> dict[str, Any]:
         "batches": batches,
         "wall_s": wall,
         "first_batch_s": first_batch,
+        "go_unix": go_unix,  # to line up with the daemon's log (--keep-logs)
         "trainer_cpu_s": cpu,
         "trainer_cpu_steady_s": cpu_steady,
         "trainer_rss_bytes": me.memory_info().rss,

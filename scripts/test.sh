@@ -41,6 +41,9 @@ soak=(--soak)
 if [[ ${PREFETCHD_SKIP_SOAK:-0} == 1 ]]; then
     soak=()
 fi
+# Every test starts daemons (a supervisor and its children): with PYTHONDONTWRITEBYTECODE set,
+# each process would compile the package again; write its bytecode once, as pip install would.
+python -m compileall -q prefetchd >/dev/null
 step "pytest" python -m pytest -q ${soak[@]+"${soak[@]}"} "$@"
 
 echo
