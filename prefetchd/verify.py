@@ -11,8 +11,8 @@ The rule, cheapest first:
    checksum, or without any checksum the multipart ETag (MD5 of the part MD5s), needs the
    part sizes: a second HEAD with ``PartNumber=1`` gives part 1's size and the part count, the
    rest is inferred (``checksums.part_layout``) and asked for part by part only if it cannot
-   add up, or before a mismatch is blamed on the bytes. What was learnt is kept on the job, so
-   a re-fetch asks again for nothing.
+   add up, or when a re-fetch hashes to the same wrong digest (a wrong guess, not a flip).
+   What was learnt is kept on the job, so a re-fetch asks again for nothing.
 
 An object none of these cover (a KMS-encrypted multipart upload without a checksum, CRC64NVME
 without awscrt) is published checked for size only, and ``job.unverified`` says why: the
@@ -144,8 +144,11 @@ class Verifier:
 
     def _head(self, job: Job, **extra: Any) -> dict[str, Any]:
         args: dict[str, Any] = {"Bucket": self._bucket, "Key": job.obj.key, **extra}
-        if job.obj.etag:
-            args["IfMatch"] = f'"{job.obj.etag}"'  # the same object the GETs fetched
+        # The same object the GETs fetched. Not on a part's HEAD: moto answers it with the
+        # part's own ETag, so If-Match would fail (412) on an unchanged object. A part size
+        # from a newer object only fails the check, and the re-fetch's If-Match then says 412.
+        if job.obj.etag and "PartNumber" not in extra:
+            args["IfMatch"] = f'"{job.obj.etag}"'
         job.lookups += 1
         reply: dict[str, Any] = self._client.head_object(**args)
         job.retries += int(reply.get("ResponseMetadata", {}).get("RetryAttempts", 0))
@@ -155,7 +158,9 @@ class Verifier:
 
     def _check(self, job: Job, expected: Expected) -> None:
         got = _file_digest(job.fd, expected.algorithm, expected.parts)
-        if got != expected.digest and not expected.exact:
+        # The same wrong digest twice is likelier a wrong guess at the part sizes than the same
+        # corruption twice: confirm them before blaming the bytes (a one-off flip costs nothing).
+        if got != expected.digest and not expected.exact and got == job.bad_digest:
             exact = self._exact(job, expected)
             if exact.parts != expected.parts:
                 got = _file_digest(job.fd, exact.algorithm, exact.parts)
