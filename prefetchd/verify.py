@@ -28,6 +28,8 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import botocore.exceptions
+
 from prefetchd.checksums import (
     ALGORITHMS,
     MD5,
@@ -123,7 +125,12 @@ class Verifier:
         size = job.obj.size
         if parts == 1:
             return (size,), True
-        head = self._head(job, PartNumber=1)
+        try:
+            head = self._head(job, PartNumber=1)
+        except botocore.exceptions.ClientError as exc:
+            if not _unsupported(exc):
+                raise
+            return None  # a store without ?partNumber: answered, not to be retried for ever
         count = int(head.get("PartsCount") or 0)
         if count < 1 or (parts is not None and count != parts):
             return None  # PartNumber ignored, or a part count that contradicts the ETag
@@ -222,6 +229,13 @@ def _stored_checksum(
             continue
         return stored, None
     return None, unavailable
+
+
+def _unsupported(exc: botocore.exceptions.ClientError) -> bool:
+    """A store's "I do not do that" (to ``?partNumber``), as opposed to a transient error."""
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    code = exc.response.get("Error", {}).get("Code")
+    return status in (400, 405, 416, 501) and code not in ("RequestTimeout", "SlowDown")
 
 
 def _encrypted(head: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import botocore.exceptions
 import pytest
 
 from prefetchd.checksums import digest_of
@@ -198,3 +199,21 @@ def test_size_is_checked_first(fetched: Any) -> None:
     job.obj = SourceObject("k", 4, None)
     with pytest.raises(IntegrityError, match="3 bytes, listing said 4"):
         Verifier(FakeStore([]), "b", "raw").verify(job)
+
+
+class NoPartNumberStore(FakeStore):
+    def head_object(self, **args: Any) -> dict[str, Any]:
+        if "PartNumber" in args:
+            error: Any = {"Error": {"Code": "InvalidArgument"}, "ResponseMetadata": {}}
+            error["ResponseMetadata"]["HTTPStatusCode"] = 400
+            raise botocore.exceptions.ClientError(error, "HeadObject")
+        return super().head_object(**args)
+
+
+def test_a_store_without_part_number_heads_gets_size_only_not_endless_retries(
+    fetched: Any,
+) -> None:
+    job = fetched(BODY, multipart_etag(PARTS))
+    Verifier(NoPartNumberStore(PARTS), "b", "raw").verify(job)
+    assert job.expected is None and job.unverified is not None
+    assert "part sizes" in job.unverified
