@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 _READ = 8 * 1024 * 1024
 _KMS = ("aws:kms", "aws:kms:dsse")  # their ETags are not MD5s of the bytes
+_NO_PARTS = "the store does not tell the part sizes of multipart uploads"
 
 
 class IntegrityError(Exception):
@@ -108,14 +109,15 @@ class Verifier:
         if stored is not None:
             parts = stored.parts or (etag[1] if etag else None)
             layout = self._layout(job, parts)
-            if layout is not None:
-                source = f"x-amz-checksum-{stored.algorithm.lower()} (COMPOSITE)"
-                return Expected(stored.algorithm, stored.digest, source, *layout)
+            if layout is None:
+                return _NO_PARTS  # the ETag's composite would need them too
+            source = f"x-amz-checksum-{stored.algorithm.lower()} (COMPOSITE)"
+            return Expected(stored.algorithm, stored.digest, source, *layout)
         if etag is not None and not _encrypted(head):
             layout = self._layout(job, etag[1])
             if layout is not None:
                 return Expected(MD5, etag[0], "multipart ETag", *layout)
-            return "the store does not tell the part sizes of multipart uploads"
+            return _NO_PARTS
         if unavailable is not None:
             return unavailable
         return "no MD5 ETag (multipart or KMS-encrypted) and no S3 checksum"
@@ -220,7 +222,7 @@ def _stored_checksum(
             continue
         stored = parse_checksum(algorithm, str(value), head.get("ChecksumType"), etag_parts)
         if stored is None:
-            unavailable = f"the store's {algorithm} checksum {value!r} is not valid"
+            unavailable = f"the store's {algorithm} checksum is not a valid {algorithm} digest"
             continue
         try:
             new_hasher(algorithm)
