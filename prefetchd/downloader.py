@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefetchd.budget import Window
+from prefetchd.checksums import is_plain_md5, records_checked
 from prefetchd.child import ChildContext
 from prefetchd.errors import RuntimeFailure
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
@@ -45,12 +46,12 @@ from prefetchd.store import (
     boot_failure,
     classify,
     describe,
-    is_plain_md5,
     list_share,
     make_client,
 )
 from prefetchd.tfrecord import FramingError, read_records
-from prefetchd.transfer import IntegrityError, Job, make_transfer
+from prefetchd.transfer import Job, make_transfer
+from prefetchd.verify import IntegrityError
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class Downloader:
         self.meta_written: set[str] = set()  # names whose meta a transfer thread wrote
         self.log_fds: dict[int, int] = {}  # epoch -> its progress log, open for appending
         self.consecutive_faults = 0
+        self.unverified_reasons: set[str] = set()  # logged once each
         self.paused_until = 0.0
         self.pause_reason: str | None = None
         self.counters = ctx.counters
@@ -95,6 +97,9 @@ class Downloader:
             retries=0,
             errors=0,
             objects_skipped=0,
+            integrity_failures=0,
+            objects_unverified=0,
+            verify_requests=0,
             epoch=0,
             epoch_objects=0,
             epoch_objects_done=0,
@@ -335,18 +340,21 @@ class Downloader:
     def _handle(self, job: Job) -> None:
         self.active.pop(job.name, None)
         self.counters["retries"] += job.retries
+        self.counters["verify_requests"] += job.lookups
         if job.error is None:
             job.error = self._check_records(job)
         if job.error is None:
             job.error = self._try_publish(job)
             if job.error is None:
                 self.consecutive_faults = 0
+                self._note_unverified(job)
                 return
         self._discard(job)
         if self.ctx.stopping:
             return
         key, error = job.obj.key, job.error
         if isinstance(error, IntegrityError):
+            self.counters["integrity_failures"] += 1
             if job.attempt + 1 < MAX_INTEGRITY_ATTEMPTS:
                 log.warning("re-fetching %s: %s", key, error)
                 self.counters["retries"] += 1
@@ -372,6 +380,20 @@ class Downloader:
             self.counters["retries"] += 1
             self._retry(job, delay=delay, count_attempt=False)
 
+    def _note_unverified(self, job: Job) -> None:
+        """Count an object published with only its size checked; say why once per reason."""
+        if job.unverified is None:
+            return
+        self.counters["objects_unverified"] += 1
+        if job.unverified not in self.unverified_reasons:
+            self.unverified_reasons.add(job.unverified)
+            log.warning(
+                "objects like s3://%s/%s are checked for size only: %s",
+                self.config.source.bucket,
+                job.obj.key,
+                job.unverified,
+            )
+
     def _transfer_done(self, job: Job) -> None:
         """The transfer's ``done``, on one of its threads: write a fetched object's meta there,
         in parallel, so the main loop that feeds every request spends less of its time on file
@@ -390,11 +412,10 @@ class Downloader:
         write_atomic(self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode())
 
     def _check_records(self, job: Job) -> IntegrityError | None:
-        """Without an MD5 ETag (multipart uploads) nothing checked the bytes end to end; for
-        TFRecord input the records' CRCs still can, before a writer ever sees them."""
-        if self.config.source.format != "tfrecord" or is_plain_md5(job.obj.etag):
-            return None
-        if job.obj.key.endswith((".gz", ".zst")):
+        """Without an MD5 ETag (multipart uploads) uncompressed TFRecord input is verified by its
+        records' CRCs (``checksums.records_checked``), before a writer ever sees it."""
+        obj = job.obj
+        if is_plain_md5(obj.etag) or not records_checked(self.config.source.format, obj.key):
             return None
         try:
             with open(job.tmp, "rb", buffering=_CHECK_BUFFER) as f:

@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,9 @@ _SUMMED = (
     "objects_downloaded",
     "bytes_downloaded",
     "objects_skipped",
+    "integrity_failures",
+    "objects_unverified",
+    "verify_requests",
     "records_written",
     "shards_written",
     "bytes_written",
@@ -217,6 +221,13 @@ BAR_WIDTH = 20
 MAX_TEXT = 100  # longest key or message shown in the table (the JSON has them whole)
 
 
+def _integrity(get: Callable[..., Any]) -> str:
+    """Verification figures for the table, shown only when there is something to see."""
+    failed, unverified = get("integrity_failures", 0), get("objects_unverified", 0)
+    text = f", {failed} fetches failed verification" if failed else ""
+    return text + (f", {unverified} objects checked for size only" if unverified else "")
+
+
 def _bar(used: float, limit: float, width: int = BAR_WIDTH) -> str:
     frac = 0.0 if limit <= 0 else min(1.0, max(0.0, used / limit))
     filled = round(frac * width)
@@ -299,7 +310,7 @@ def render_table(status: dict[str, Any]) -> str:
             f"{ep.get('state')} {eta}".rstrip()
         )
     lines += [
-        f"  retries       {get('retries', 0)}, errors {get('errors', 0)}",
+        f"  retries       {get('retries', 0)}, errors {get('errors', 0)}{_integrity(get)}",
         "",
         "  children      state     health      pid       restarts  activity",
     ]

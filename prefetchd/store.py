@@ -196,8 +196,3 @@ def _manifest_lines(client: S3Client, manifest: str) -> Iterator[str]:
 
 def _etag(raw: str | None) -> str | None:
     return raw.strip('"') if raw else None
-
-
-def is_plain_md5(etag: str | None) -> bool:
-    """An ETag that is the MD5 of the whole object (single-part upload, no SSE-KMS)."""
-    return etag is not None and len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)

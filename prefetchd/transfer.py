@@ -1,12 +1,13 @@
 """Moving bytes from the store into local files: the classic boto3 client, and what every
-backend shares (``Job``, ``verify_download``, ``make_transfer``).
+backend shares (``Job``, ``make_transfer``).
 
 Small objects are one GET each, many at once; objects larger than ``download.part_size`` are
 split into ranged GETs that run in parallel and write into the same pre-sized file with
 ``pwrite``. ``download.concurrency`` bounds the requests in flight. boto3 does not check a
-ranged download end to end, so every object is verified after it is assembled: its size, and
-its MD5 when the ETag is one. ``download.client: crt`` selects ``transfer_crt.CrtTransfer``
-instead, which keeps the same contract.
+ranged download end to end, so every object is verified after it is assembled
+(``verify.settle``: size, then MD5 ETag, TFRecord CRCs or S3 checksums, whichever covers it).
+``download.client: crt`` selects ``transfer_crt.CrtTransfer`` instead, which keeps the same
+contract and verifies through the same ``verify.Verifier``.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ import botocore.exceptions
 import urllib3.exceptions
 
 from prefetchd.budget import split_ranges
+from prefetchd.checksums import Expected
 from prefetchd.config import Config
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
 from prefetchd.order import SourceObject
-from prefetchd.store import S3Client, is_plain_md5, make_client
+from prefetchd.store import S3Client, make_client
+from prefetchd.verify import IntegrityError, Verifier, settle
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +48,6 @@ _STREAM_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
-
-
-class IntegrityError(Exception):
-    """What arrived is not what the store holds (size or checksum); the object is re-fetched."""
 
 
 @dataclass
@@ -70,6 +69,12 @@ class Job:
     error: BaseException | None = None
     retries: int = 0
     md5: Any = None
+    lookups: int = 0  # HEAD requests this fetch made to learn how to verify it
+    # What verifying it takes, learnt once and kept across re-fetches (``verify.Verifier``):
+    looked_up: bool = False
+    expected: Expected | None = None
+    unverified: str | None = None  # why only the size can be checked
+    bad_digest: bytes | None = None  # what the last fetch that failed verification hashed to
 
     @property
     def all_submitted(self) -> bool:
@@ -82,7 +87,7 @@ Done = Callable[[Job], None]
 class Transfer(Protocol):
     """What the downloader needs of a backend. ``done(job)`` is called exactly once per prepared
     job, from a thread other than the caller's, after ``job.fd`` is closed and set to -1, with
-    ``job.error`` set if the object could not be fetched or failed ``verify_download``."""
+    ``job.error`` set if the object could not be fetched or failed verification."""
 
     def prepare(self, job: Job) -> None: ...
 
@@ -104,6 +109,7 @@ class ClassicTransfer:
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="get")
         self._part_size = config.download.part_size
         self._bucket = config.source.bucket
+        self._verifier = Verifier(self._client, self._bucket, config.source.format)
 
     def prepare(self, job: Job) -> None:
         """Create the temp file and plan the parts of ``job`` (main thread)."""
@@ -113,6 +119,7 @@ class ClassicTransfer:
         job.parts_left = max(1, len(job.ranges))
         job.error = None
         job.retries = 0
+        job.lookups = 0
         job.md5 = None
         job.fd = create_exclusive(job.tmp, readable=True)  # read back for the MD5
         if job.ranges:  # parts land out of order; a single GET only appends
@@ -199,7 +206,7 @@ class ClassicTransfer:
 
     def _finish(self, job: Job) -> None:
         try:
-            settle(job)
+            settle(job, self._verifier)
         finally:
             self._done(job)
 
@@ -212,42 +219,6 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         written = os.pwrite(fd, view, offset)
         view = view[written:]
         offset += written
-
-
-def settle(job: Job) -> None:
-    """After the last request of ``job``: verify what arrived (unless a request already
-    failed), record any failure in ``job.error``, and close the file."""
-    try:
-        if job.error is None:
-            verify_download(job)
-    except BaseException as exc:
-        job.error = exc
-    finally:
-        os.close(job.fd)
-        job.fd = -1
-
-
-def verify_download(job: Job) -> None:
-    """Check that ``job.fd`` (still open) holds the listed object: its size, and its MD5 when the
-    ETag is a plain MD5. ``job.md5`` is a running hash of the whole body, or None to read the
-    file back. Raises ``IntegrityError``."""
-    size = os.fstat(job.fd).st_size
-    if size != job.obj.size:
-        raise IntegrityError(f"local file has {size} bytes, listing said {job.obj.size}")
-    if not is_plain_md5(job.obj.etag):
-        return
-    md5 = job.md5 or _file_md5(job.fd)
-    if md5.hexdigest() != job.obj.etag:
-        raise IntegrityError(f"MD5 {md5.hexdigest()} does not match ETag {job.obj.etag}")
-
-
-def _file_md5(fd: int) -> Any:
-    md5 = hashlib.md5(usedforsecurity=False)
-    offset = 0
-    while chunk := os.pread(fd, 8 * _CHUNK, offset):
-        md5.update(chunk)
-        offset += len(chunk)
-    return md5
 
 
 def make_transfer(config: Config, done: Done) -> Transfer:

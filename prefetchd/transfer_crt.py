@@ -5,8 +5,10 @@
 ranged GETs of ``download.part_size`` and runs them on its own event-loop threads, outside the
 GIL. Bodies arrive through ``on_body`` in order and are written with ``pwrite`` into ``job.fd``,
 the ``.part`` file ``prepare()`` created exclusively (as the classic backend does, so the
-downloader's start-up sweep stays valid), and hashed as they arrive, so ``verify_download``
-checks size and MD5 without reading the file back.
+downloader's start-up sweep stays valid), and hashed as they arrive, so an MD5 ETag is checked
+without reading the file back. Verification is the classic backend's (``verify.settle``), run
+on ``FINISHERS`` threads of this transfer with a boto3 client of its own for the HEADs it may
+need.
 
 CRT settings, and why:
 
@@ -26,7 +28,8 @@ CRT settings, and why:
   does not cut a backoff short, and the supervisor gives a child 20 s to stop.
 - ``connect_timeout_ms``: 10 s, like the classic client.
 - No CRT checksum validation: ranged parts carry no checksum, and the full-object mode may add a
-  HeadObject per object; ``verify_download`` checks size and MD5 like the classic backend.
+  HeadObject per object; ``verify.Verifier`` checks every object like the classic backend, with
+  a request only for objects neither an MD5 ETag nor TFRecord CRCs cover.
 """
 
 from __future__ import annotations
@@ -50,11 +53,13 @@ import awscrt.s3
 import botocore.exceptions
 import botocore.session
 
+from prefetchd.checksums import is_plain_md5
 from prefetchd.config import Config
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
-from prefetchd.store import is_plain_md5
-from prefetchd.transfer import Done, IntegrityError, Job, settle
+from prefetchd.store import make_client
+from prefetchd.transfer import Done, Job
+from prefetchd.verify import IntegrityError, Verifier, settle
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,7 @@ CONNECT_TIMEOUT_MS = 10_000
 MIN_MEMORY_LIMIT = 256 * 1024**2  # the CRT refuses less
 MAX_BACKOFF_S = 10  # a cancelled request still sits out its backoff before it reports
 SHUTDOWN_WAIT = 15.0  # seconds for cancelled requests to report, inside the supervisor's grace
+FINISHERS = 4  # threads that verify and hand over objects: a HEAD must not hold up the rest
 
 # An S3 error body is XML; only its Code and Message are kept (never the request it echoes).
 _CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
@@ -129,7 +135,10 @@ class CrtTransfer:
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
         # Verification and done() run here, never on a CRT event-loop thread.
-        self._finisher = ThreadPoolExecutor(1, thread_name_prefix="crt-done")
+        self._finisher = ThreadPoolExecutor(FINISHERS, thread_name_prefix="crt-done")
+        self._verifier = Verifier(
+            make_client(config, pool=FINISHERS), src.bucket, config.source.format
+        )
         # botocore resolves region and credentials as the classic backend does (source.profile,
         # env, config files, SSO, instance roles) and refreshes temporary credentials; the CRT
         # asks for them through a delegate on every signing. They are never logged.
@@ -165,6 +174,7 @@ class CrtTransfer:
         job.parts_left = 1
         job.error = None
         job.retries = 0  # the CRT does not report its retries to Python
+        job.lookups = 0
         job.md5 = hashlib.md5(usedforsecurity=False) if is_plain_md5(job.obj.etag) else None
         job.fd = create_exclusive(job.tmp, readable=True)  # read back if the hash had a gap
         if size:
@@ -245,7 +255,7 @@ class CrtTransfer:
                 job.md5.update(data)
                 fetch.hashed += len(data)
             else:
-                job.md5 = None  # out of order: verify_download reads the file back
+                job.md5 = None  # out of order: verification reads the file back
 
     def _on_done(
         self,
@@ -271,7 +281,7 @@ class CrtTransfer:
     def _finish(self, fetch: _Fetch) -> None:
         job = fetch.job
         try:
-            settle(job)
+            settle(job, self._verifier)
         finally:
             self._slots.release(fetch.slots)
             try:

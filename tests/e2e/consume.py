@@ -1,15 +1,17 @@
 """A trainer process as users write it: ``ready_files()`` + ``TFRecordDataset``.
 
-    python consume.py CONFIG OUT.json [--epoch K] [--delay SECONDS]
+    python consume.py CONFIG OUT.json [--epoch K] [--delay SECONDS] [--digest]
 
 Writes ``{"shards": [...], "records": [[epoch, id], ...]}`` where ``id`` is the Example's
 ``id`` feature (tfrecord datasets), its ``data`` feature (lines datasets: each line is unique)
-or its ``key`` feature (raw and tar datasets).
+or its ``key`` feature (raw and tar datasets). With ``--digest``, raw records are
+``"<key> <sha256 of data>"``, so a test can tell that the bytes, not just the keys, arrived.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -23,13 +25,16 @@ from prefetchd import ready_files
 from prefetchd.layout import parse_shard_name
 
 
-def record_id(serialized: bytes) -> int | str:
+def record_id(serialized: bytes, digest: bool = False) -> int | str:
     features = tf.train.Example.FromString(serialized).features.feature
     if "id" in features:
         return int(features["id"].int64_list.value[0])
     if "line_number" in features:
         return features["data"].bytes_list.value[0].decode()
-    return features["key"].bytes_list.value[0].decode("utf-8", "surrogateescape")
+    key = features["key"].bytes_list.value[0].decode("utf-8", "surrogateescape")
+    if digest:
+        return f"{key} {hashlib.sha256(features['data'].bytes_list.value[0]).hexdigest()}"
+    return key
 
 
 def read_with_dataset(config: str, out: str) -> int:
@@ -51,6 +56,7 @@ def main() -> int:
     parser.add_argument(
         "--tf-dataset", action="store_true", help="read through prefetchd.tf.dataset() instead"
     )
+    parser.add_argument("--digest", action="store_true", help="raw records: key and SHA-256")
     args = parser.parse_args()
     if args.tf_dataset:
         return read_with_dataset(args.config, args.out)
@@ -63,7 +69,7 @@ def main() -> int:
         shards.append(name)
         compression = "GZIP" if path.endswith(".gz") else ""
         for raw in tf.data.TFRecordDataset(path, compression_type=compression):
-            records.append((parsed[0], record_id(raw.numpy())))
+            records.append((parsed[0], record_id(raw.numpy(), args.digest)))
         time.sleep(args.delay)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"shards": shards, "records": records}, f)

@@ -361,7 +361,7 @@ def test_changed_etag_is_changed(
 ) -> None:
     """The listing's ETag no longer matches: moto honours If-Match and answers 412, so both
     backends report PreconditionFailed (Fault.CHANGED) before any byte is written. (A store that
-    ignored If-Match would send the new bytes, and verify_download would raise IntegrityError
+    ignored If-Match would send the new bytes, and verification would raise IntegrityError
     because the MD5 differs from the listed ETag.)"""
     obj = objects[name].obj
     changed = SourceObject(obj.key, obj.size, "0" * 32)
