@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefetchd.budget import Window
-from prefetchd.checksums import is_plain_md5, records_checked
 from prefetchd.child import ChildContext
 from prefetchd.errors import RuntimeFailure
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
@@ -49,7 +48,6 @@ from prefetchd.store import (
     list_share,
     make_client,
 )
-from prefetchd.tfrecord import FramingError, read_records
 from prefetchd.transfer import Job, make_transfer
 from prefetchd.verify import IntegrityError
 
@@ -57,7 +55,6 @@ log = logging.getLogger(__name__)
 
 MAX_INTEGRITY_ATTEMPTS = 3
 BACKOFF_MAX = 60.0
-_CHECK_BUFFER = 1024 * 1024
 
 
 @dataclass
@@ -342,8 +339,6 @@ class Downloader:
         self.counters["retries"] += job.retries
         self.counters["verify_requests"] += job.lookups
         if job.error is None:
-            job.error = self._check_records(job)
-        if job.error is None:
             job.error = self._try_publish(job)
             if job.error is None:
                 self.consecutive_faults = 0
@@ -410,20 +405,6 @@ class Downloader:
     def _write_meta(self, job: Job) -> None:
         meta = {"key": job.obj.key, "size": job.obj.size, "etag": job.obj.etag, "epoch": job.epoch}
         write_atomic(self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode())
-
-    def _check_records(self, job: Job) -> IntegrityError | None:
-        """Without an MD5 ETag (multipart uploads) uncompressed TFRecord input is verified by its
-        records' CRCs (``checksums.records_checked``), before a writer ever sees it."""
-        obj = job.obj
-        if is_plain_md5(obj.etag) or not records_checked(self.config.source.format, obj.key):
-            return None
-        try:
-            with open(job.tmp, "rb", buffering=_CHECK_BUFFER) as f:
-                for _ in read_records(f):
-                    pass
-        except FramingError as exc:
-            return IntegrityError(f"TFRecord CRC check failed {exc}")
-        return None
 
     def _try_publish(self, job: Job) -> OSError | None:
         """Publish; a full cache disk (ENOSPC) is returned as the job's error, to be retried

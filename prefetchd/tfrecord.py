@@ -130,3 +130,10 @@ def read_record_at(fd: int, offset: int) -> bytes:
     if masked_crc(data) != FOOTER.unpack(footer)[0]:
         raise FramingError(offset, "data CRC mismatch")
     return data
+
+
+def check_file(fd: int, size: int) -> None:
+    """Check every frame of the TFRecord file of ``size`` bytes open as ``fd``: both CRCs, and
+    that the frames end exactly at the end. Raises ``FramingError``."""
+    for offset in index_records(fd, size):
+        read_record_at(fd, offset)

@@ -172,7 +172,7 @@ class ClassicTransfer:
             resp = self._client.get_object(**args)
             with job.lock:
                 job.retries += int(resp["ResponseMetadata"].get("RetryAttempts", 0))
-            if rng is None:
+            if rng is None and self._verifier.wants_md5(job.obj):
                 job.md5 = hashlib.md5(usedforsecurity=False)  # restart the running hash too
             try:
                 self._stream(job, resp, start, expected)

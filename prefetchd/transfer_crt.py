@@ -53,7 +53,6 @@ import awscrt.s3
 import botocore.exceptions
 import botocore.session
 
-from prefetchd.checksums import is_plain_md5
 from prefetchd.config import Config
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
@@ -175,7 +174,7 @@ class CrtTransfer:
         job.error = None
         job.retries = 0  # the CRT does not report its retries to Python
         job.lookups = 0
-        job.md5 = hashlib.md5(usedforsecurity=False) if is_plain_md5(job.obj.etag) else None
+        job.md5 = hashlib.md5(usedforsecurity=False) if self._verifier.wants_md5(job.obj) else None
         job.fd = create_exclusive(job.tmp, readable=True)  # read back if the hash had a gap
         if size:
             os.ftruncate(job.fd, size)

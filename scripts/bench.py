@@ -774,9 +774,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--datasets", default="large,medium,small", type=lambda s: [x for x in s.split(",") if x]
     )
     p.add_argument("--loaders", default=",".join(bench_report.LOADERS), type=lambda s: s.split(","))
-    p.add_argument("--large-objects", type=int, default=None, help="64 MiB each (default 16)")
-    p.add_argument("--medium-objects", type=int, default=None, help="1-8 MiB (default 150)")
-    p.add_argument("--small-objects", type=int, default=None, help="100-200 KiB (default 2000)")
+    p.add_argument("--large-objects", type=int, default=None, help="64 MiB each (default 32)")
+    p.add_argument("--medium-objects", type=int, default=None, help="1-8 MiB (default 300)")
+    p.add_argument("--small-objects", type=int, default=None, help="100-200 KiB (default 5000)")
     p.add_argument(
         "--cache-dir",
         help="parent of prefetchd's download.cache_dir (default: tmpfs, where the ceiling "
@@ -801,9 +801,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.argv = args.argv[: args.argv.index("--in-netns")]
     quick = args.quick
     args.repeats = args.repeats or (1 if quick else 3)
-    args.large_objects = args.large_objects or (2 if quick else 16)
-    args.medium_objects = args.medium_objects or (24 if quick else 150)
-    args.small_objects = args.small_objects or (240 if quick else 2000)
+    args.large_objects = args.large_objects or (2 if quick else 32)
+    args.medium_objects = args.medium_objects or (24 if quick else 300)
+    args.small_objects = args.small_objects or (240 if quick else 5000)
     bad = set(args.loaders) - set(bench_report.LOADERS)
     if bad:
         p.error(f"unknown loaders {sorted(bad)}; choose from {', '.join(bench_report.LOADERS)}")

@@ -15,6 +15,7 @@ import pytest
 
 from prefetchd.checksums import digest_of
 from prefetchd.order import SourceObject
+from prefetchd.tfrecord import frame
 from prefetchd.transfer import Job
 from prefetchd.verify import IntegrityError, Verifier
 
@@ -84,12 +85,37 @@ def test_single_part_objects_cost_no_request(fetched: Any) -> None:
     assert store.heads == [] and job.lookups == 0 and job.unverified is None
 
 
-def test_multipart_tfrecord_input_costs_no_request(fetched: Any) -> None:
-    """Its records' CRCs verify it (in the downloader)."""
-    store = FakeStore(PARTS)
-    job = fetched(BODY, multipart_etag(PARTS), key="data/x.tfrecord")
-    Verifier(store, "b", "tfrecord").verify(job)
+RECORDS = b"".join(frame(os.urandom(n)) for n in (3000, 1, 7000, 500))
+
+
+def test_tfrecord_input_is_verified_by_its_crcs_without_a_request_or_an_md5(
+    fetched: Any,
+) -> None:
+    """Record CRCs cover uncompressed TFRecord input: no HEAD, even for a multipart upload, and
+    no MD5 (a core-second per GB) even when the ETag is one."""
+    store = FakeStore([RECORDS])
+    verifier = Verifier(store, "b", "tfrecord")
+    md5 = hashlib.md5(RECORDS).hexdigest()
+    for etag in ("0" * 32 + "-2", md5):
+        verifier.verify(fetched(RECORDS, etag, key="data/x.tfrecord"))
     assert store.heads == []
+    assert not verifier.wants_md5(SourceObject("data/x.tfrecord", len(RECORDS), md5))
+    assert verifier.wants_md5(SourceObject("data/x.tfrecord.gz", len(RECORDS), md5))
+    with pytest.raises(IntegrityError, match="TFRecord CRC"):
+        verifier.verify(fetched(flipped(RECORDS, 5000), "0" * 32 + "-2", key="x.tfrecord"))
+
+
+def test_bad_records_with_a_matching_md5_are_corrupt_input_not_a_bad_transfer(
+    fetched: Any,
+) -> None:
+    """The MD5 ETag tells the two apart when the CRCs fail: bytes the store holds that way pass
+    (the writer quarantines the object, key in status); bytes changed in transit are fetched
+    again."""
+    stored = flipped(RECORDS, 5000)
+    verifier = Verifier(FakeStore([stored]), "b", "tfrecord")
+    verifier.verify(fetched(stored, hashlib.md5(stored).hexdigest(), key="x.tfrecord"))
+    with pytest.raises(IntegrityError, match="MD5"):
+        verifier.verify(fetched(stored, hashlib.md5(RECORDS).hexdigest(), key="x.tfrecord"))
 
 
 def test_multipart_etag_is_verified_with_the_part_sizes_from_part_one(fetched: Any) -> None:
