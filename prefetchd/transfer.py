@@ -60,6 +60,7 @@ class Job:
     name: str
     tmp: Path
     attempt: int = 0
+    part_size: int | None = None  # instead of download.part_size (classic client only)
     ranges: list[tuple[int, int]] = field(default_factory=list)
     next_part: int = 0
     # Filled in by the transfer threads:
@@ -114,7 +115,8 @@ class ClassicTransfer:
     def prepare(self, job: Job) -> None:
         """Create the temp file and plan the parts of ``job`` (main thread)."""
         size = job.obj.size
-        job.ranges = split_ranges(size, self._part_size) if size > self._part_size else []
+        part = job.part_size or self._part_size
+        job.ranges = split_ranges(size, part) if size > part else []
         job.next_part = 0
         job.parts_left = max(1, len(job.ranges))
         job.error = None

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 IDLE_FLUSH = 0.5  # seconds without input before a partial shard is published
 STARVED_FLUSH = 0.5  # age of a partial shard published early while ready/ is empty
 FILL_WAIT = 0.5  # seconds a writer waits for output.mix open objects before drawing anyway
+STARVED_FILL = 0.25  # ... or this long while no shard is ready for the trainers
 FILL_CHECK = 0.05  # how often a writer with fewer than output.mix objects re-checks the above
 LISTING_MAX_AGE = 0.5
 JOURNAL_COMPACT_EVERY = 256
@@ -233,7 +234,7 @@ class Writer:
         objects, so while downloads trail the writers, drawing at once would mix few. A writer
         draws once ``output.mix`` objects are open, its epoch has nothing more to download,
         ``FILL_WAIT`` seconds passed without a new object (e.g. the window is full), or it has
-        had fewer than ``mix`` objects for ``STARVED_FLUSH`` while no shard is ready for the
+        had fewer than ``mix`` objects for ``STARVED_FILL`` while no shard is ready for the
         trainers: better mixing is worth nothing to a trainer with nothing to read (at start-up
         with two writers and ``mix`` 8 it would wait for the first 16 objects). The file-system
         checks run at most every ``FILL_CHECK`` seconds, not per record."""
@@ -248,7 +249,7 @@ class Writer:
         self.fill_checked = now
         self.fill_wait = not (
             now - self.last_input >= FILL_WAIT
-            or (now - self.fill_since >= STARVED_FLUSH and self._ready_empty())
+            or (now - self.fill_since >= STARVED_FILL and self._ready_empty())
             or self.layout.downloaded_marker(self.open[0].epoch).exists()
         )
         return self.fill_wait
