@@ -240,7 +240,11 @@ def _listed(s3: Any, key: str) -> SourceObject:
 def make_config(tmp_path: Path, endpoint: str, client: str, concurrency: int = 4) -> Config:
     return config_from_dict(
         {
-            "source": {"url": f"s3://{BUCKET}/data/", "endpoint_url": endpoint},
+            "source": {
+                "url": f"s3://{BUCKET}/data/",
+                "endpoint_url": endpoint,
+                "format": "raw",  # the objects are random bytes
+            },
             "download": {
                 "cache_dir": str(tmp_path / "cache"),
                 "part_size": PART,
