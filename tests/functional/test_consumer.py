@@ -1,7 +1,7 @@
 """ready_files() on its own: claims, RAM release after reading, and a daemon that is gone.
 
 No daemon runs here: the test plays the daemon's part by writing shards, ``status.json`` and
-the epoch markers the way the supervisor and writers do.
+the epoch markers the way the supervisor and writers do (``config``: see conftest.py).
 """
 
 from __future__ import annotations
@@ -10,35 +10,15 @@ import json
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from prefetchd import ready_files
-from prefetchd.config import Config, config_from_dict
+from prefetchd.config import Config
 from prefetchd.errors import DaemonFailed
 from prefetchd.layout import Layout, shard_name, write_atomic
 from prefetchd.tfrecord import frame
-
-
-@pytest.fixture
-def config(tmp_path: Path, ram_parent: Path) -> Iterator[Config]:
-    ram = Path(os.path.realpath(ram_parent)) / f"prefetchd-test-{os.getpid()}-consumer"
-    cfg = config_from_dict(
-        {
-            "source": {"url": "s3://bucket/data/"},
-            "epochs": {"count": 2},
-            "download": {"cache_dir": str(tmp_path / "cache")},
-            "output": {"ram_dir": str(ram), "ram_budget": "8MiB", "shard_size": "1MiB"},
-            "status": {"state_dir": str(tmp_path / "state")},
-        }
-    )
-    Layout.of(cfg).create()
-    yield cfg
-    import shutil
-
-    shutil.rmtree(ram, ignore_errors=True)
 
 
 def daemon_status(cfg: Config, state: str = "running", age: float = 0.0, **extra: object) -> None:

@@ -9,37 +9,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from prefetchd import ready_files
-from prefetchd.config import Config, config_from_dict
+from prefetchd.config import Config
 from prefetchd.layout import Layout, shard_name, write_atomic
 from prefetchd.tfrecord import frame
 
 
 @pytest.fixture
-def config(tmp_path: Path, ram_parent: Path) -> Iterator[Config]:
-    ram = Path(os.path.realpath(ram_parent)) / f"prefetchd-test-{os.getpid()}-position"
-    cfg = config_from_dict(
-        {
-            "source": {"url": "s3://bucket/data/"},
-            "epochs": {"count": 2},
-            "download": {"cache_dir": str(tmp_path / "cache")},
-            "output": {"ram_dir": str(ram), "ram_budget": "8MiB", "shard_size": "1MiB"},
-            "status": {"state_dir": str(tmp_path / "state")},
-        }
-    )
-    layout = Layout.of(cfg)
-    layout.create()
+def config(config: Config) -> Config:
+    """conftest's job, with a supervisor that reports itself running for the next hour."""
     record = {"state": "running", "pid": os.getpid(), "updated": time.time() + 3600}
-    write_atomic(layout.status_file, json.dumps(record).encode())
-    yield cfg
-    shutil.rmtree(ram, ignore_errors=True)
+    write_atomic(Layout.of(config).status_file, json.dumps(record).encode())
+    return config
 
 
 def publish(cfg: Config, epoch: int, counter: int) -> str:
