@@ -83,7 +83,6 @@ class Downloader:
         self.share = ShareTable()
         self.active: dict[str, Job] = {}  # prepared and not yet handled, by local name
         self.meta_written: set[str] = set()  # names whose meta a transfer thread wrote
-        self.first_job_made = False
         self.log_fds: dict[int, int] = {}  # epoch -> its progress log, open for appending
         self.consecutive_faults = 0
         self.unverified_reasons: set[str] = set()  # logged once each
@@ -218,6 +217,7 @@ class Downloader:
         count = self.config.epochs.count
         epoch = self._first_epoch()
         bucket = self.config.source.bucket
+        first = True
         while count is None or epoch < count:
             order = epoch_permutation(
                 len(self.share),
@@ -242,7 +242,8 @@ class Downloader:
                 digest = key_hash(bucket, obj.key)
                 name = object_name(epoch, seq, digest)
                 job = Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
-                job.part_size = self._first_part_size(obj.size)
+                if first:
+                    job.part_size, first = self._first_part_size(obj.size), False
                 yield job
             progress.scheduled = True
             self._maybe_mark_downloaded(epoch)
@@ -253,9 +254,6 @@ class Downloader:
         connection and arrives alone, first, instead of with the next few objects sharing the
         bandwidth (objects of 8 parts with 32 connections: 4 at once). The trainer's first
         batch waits on it; later objects are fetched in ``download.part_size`` parts."""
-        if self.first_job_made:
-            return None
-        self.first_job_made = True
         download = self.config.download
         part = max(FIRST_PART_MIN, -(-size // download.concurrency))
         return part if part < download.part_size else None

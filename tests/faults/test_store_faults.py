@@ -51,12 +51,19 @@ def run_epoch(
     write_config: Callable[..., Path],
     run_daemon: Callable[..., Any],
     proxy: FaultProxy,
+    *,
+    trainer: Callable[[Path, Path], Any] = start_reader,
     **overrides: Any,
 ) -> tuple[Path, Any, Any]:
+    """One epoch through ``proxy``: the config, the daemon, and ``(trainer, its output)``."""
     config = write_config(tmp_path, source__endpoint_url=proxy.url, epochs__count=1, **overrides)
     daemon = run_daemon(config)
     out = tmp_path / "trainer.json"
-    return config, daemon, (start_reader(config, out), out)
+    return config, daemon, (trainer(config, out), out)
+
+
+def log_lines(daemon: Any, word: str) -> list[str]:
+    return [ln for ln in daemon.output(limit=10**6).splitlines() if word in ln]
 
 
 def start_tf_trainer(config: Path, out: Path) -> subprocess.Popen[bytes]:
@@ -277,16 +284,16 @@ def test_flipped_byte_in_a_multipart_raw_object_is_caught_by_its_etag_or_s3_chec
     or two HEADs for this object only, catches the byte; TensorFlow reads every sample once."""
     key, expected = raw_multipart_dataset(s3_client, bucket, upload, check, seed=17)
     proxy.add(Rule("flip", key=key, ranged=True, times=1))
-    config = write_config(
+    config, daemon, (trainer, out) = run_epoch(
         tmp_path,
-        source__endpoint_url=proxy.url,
-        epochs__count=1,
+        write_config,
+        run_daemon,
+        proxy,
+        trainer=start_tf_trainer,
         download__client=client,
         **RAW_MULTIPART_CONFIG,
     )
-    daemon = run_daemon(config)
-    out = tmp_path / "trainer.json"
-    result = finish_reader(start_tf_trainer(config, out), out)
+    result = finish_reader(trainer, out)
     assert daemon.wait(120) == 0, daemon.output()
 
     assert proxy.hits("flip") == 1
@@ -297,7 +304,7 @@ def test_flipped_byte_in_a_multipart_raw_object_is_caught_by_its_etag_or_s3_chec
     assert status["objects_unverified"] == 0
     # the small single-part objects cost nothing; the re-fetch asks nothing again
     assert status["verify_requests"] == MULTIPART_CHECKS[check][1]
-    refetch = [ln for ln in daemon.output(limit=10**6).splitlines() if "re-fetching" in ln]
+    refetch = log_lines(daemon, "re-fetching")
     assert len(refetch) == 1 and key in refetch[0], refetch
 
 
@@ -315,16 +322,16 @@ def test_flipped_byte_in_a_single_part_raw_object_is_caught_by_its_md5_etag(
     dataset = upload("raw", [3 * KIB, 40 * KIB, 3 * MIB + 5], seed=19)
     victim = dataset["keys"][2]  # four ranged parts of 1 MiB
     proxy.add(Rule("flip", key=victim, ranged=True, times=1))
-    config = write_config(
+    config, daemon, (trainer, out) = run_epoch(
         tmp_path,
-        source__endpoint_url=proxy.url,
-        epochs__count=1,
+        write_config,
+        run_daemon,
+        proxy,
+        trainer=start_tf_trainer,
         download__client=client,
         **RAW_MULTIPART_CONFIG,
     )
-    daemon = run_daemon(config)
-    out = tmp_path / "trainer.json"
-    result = finish_reader(start_tf_trainer(config, out), out)
+    result = finish_reader(trainer, out)
     assert daemon.wait(120) == 0, daemon.output()
 
     assert proxy.hits("flip") == 1
@@ -333,7 +340,7 @@ def test_flipped_byte_in_a_single_part_raw_object_is_caught_by_its_md5_etag(
     status = read_status(config)
     assert status is not None and status["errors"] == 0, status["last_errors"]
     assert status["integrity_failures"] == 1 and status["verify_requests"] == 0
-    refetch = [ln for ln in daemon.output(limit=10**6).splitlines() if "re-fetching" in ln]
+    refetch = log_lines(daemon, "re-fetching")
     assert len(refetch) == 1 and victim in refetch[0] and "MD5" in refetch[0], refetch
 
 
@@ -350,12 +357,10 @@ def test_multipart_object_corrupt_on_every_fetch_is_skipped_after_three_not_loop
     three fetches, then skipped and counted like any corrupt object; the rest is delivered."""
     key, expected = raw_multipart_dataset(s3_client, bucket, upload, "sha256-composite", seed=18)
     proxy.add(Rule("flip", key=key, ranged=True, times=None))
-    config = write_config(
-        tmp_path, source__endpoint_url=proxy.url, epochs__count=1, **RAW_MULTIPART_CONFIG
+    config, daemon, (trainer, out) = run_epoch(
+        tmp_path, write_config, run_daemon, proxy, trainer=start_tf_trainer, **RAW_MULTIPART_CONFIG
     )
-    daemon = run_daemon(config)
-    out = tmp_path / "trainer.json"
-    result = finish_reader(start_tf_trainer(config, out), out)
+    result = finish_reader(trainer, out)
     assert daemon.wait(120) == 0, daemon.output()
 
     healthy = Counter({r: n for r, n in expected.items() if not r.startswith(key)})
@@ -366,7 +371,7 @@ def test_multipart_object_corrupt_on_every_fetch_is_skipped_after_three_not_loop
     assert key in error_keys(status)
     # checksum and part 1 HEADs; the same digest twice confirms parts 2 and 3; then nothing more
     assert status["verify_requests"] == 4
-    skipped = [ln for ln in daemon.output(limit=10**6).splitlines() if "skipping" in ln]
+    skipped = log_lines(daemon, "skipping")
     assert len(skipped) == 1 and "corrupt after 3 fetches" in skipped[0], skipped
     assert "the same as the previous fetch" in skipped[0]
 
@@ -401,7 +406,7 @@ def test_object_gone_or_changed_after_listing_is_skipped_counted_and_logged_once
     assert status is not None
     assert status["objects_skipped"] == 1 and status["errors"] == 1
     assert victim in error_keys(status)
-    lines = [ln for ln in daemon.output(limit=10**6).splitlines() if victim in ln]
+    lines = log_lines(daemon, victim)
     assert len(lines) == 1 and what in lines[0], lines
 
 
