@@ -4,7 +4,7 @@ The trainer side is one import: ``from prefetchd import ready_files``.
 """
 
 from prefetchd.config import Config, load_config
-from prefetchd.consumer import ready_files
+from prefetchd.consume.ready import ready_files
 from prefetchd.errors import DaemonFailed
 
 __version__ = "0.1.0"

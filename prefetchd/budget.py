@@ -1,15 +1,28 @@
-"""Byte budgets as plain arithmetic, so the rules can be tested without processes.
+"""Back-pressure: the byte budgets, as plain arithmetic plus the writers' shared RAM ledger.
 
 - The download window: raw bytes on local disk (published + claimed + in flight) never exceed
   ``download.window``, except that one object larger than the whole window may be fetched
   alone (DESIGN.md invariant 3).
 - The RAM budget: bytes under ``ram_dir`` never exceed ``output.ram_budget``. Writers reserve
-  space in chunks before they write (see ``shards.py``), so the files themselves are the ledger.
+  space in chunks before they write (``RamBudget``): under the budget lock a writer adds up
+  the bytes under ``ram_dir`` and, if ``chunk`` more fit, reserves them with
+  ``posix_fallocate``. The reservation is real allocation and shows in the file's size, so the
+  files themselves are the ledger every writer (and anyone running ``du``) reads.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from prefetchd.layout import Layout, dir_bytes
+
+log = logging.getLogger(__name__)
 
 RAM_CHUNK_MAX = 16 * 1024 * 1024
 
@@ -54,3 +67,71 @@ def split_ranges(size: int, part_size: int) -> list[tuple[int, int]]:
     if size <= 0:
         return []
     return [(start, min(start + part_size, size) - 1) for start in range(0, size, part_size)]
+
+
+class Interrupted(Exception):
+    """The process was asked to stop while waiting for room on the RAM disk."""
+
+
+class RamBudget:
+    """The writers' shared RAM ledger. ``headroom()`` is how much of the budget this writer
+    must leave free right now (see ``Writer._headroom``); ``should_stop()`` is called while
+    waiting and says whether to give up."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        budget: int,
+        chunk: int,
+        should_stop: Callable[[], bool],
+        headroom: Callable[[], int] = lambda: 0,
+    ):
+        self.layout = layout
+        self.budget = budget
+        self.chunk = chunk
+        self.should_stop = should_stop
+        self.headroom = headroom
+        self.waited = 0.0  # seconds spent blocked on the budget (writer-side back-pressure)
+        self.full_disk_waits = 0
+        lock_fd = os.open(layout.budget_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        self._lock_fd = lock_fd
+
+    def used(self) -> int:
+        lay = self.layout
+        # consumers/ too: each trainer's lock file carries its wait figures (256 bytes), and
+        # the promise is about every byte under ram_dir.
+        return dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed, lay.ram_consumers)
+
+    def extend(self, fd: int, reserved: int, need: int) -> int:
+        """Grow the reservation of ``fd`` from ``reserved`` to at least ``need``; blocks until the
+        budget has room. Returns the new reservation."""
+        grow = -(-(need - reserved) // self.chunk) * self.chunk
+        started = time.monotonic()
+        try:
+            while True:
+                if self._try(fd, reserved, grow):
+                    return reserved + grow
+                if self.should_stop():
+                    raise Interrupted
+                time.sleep(0.02)
+        finally:
+            self.waited += time.monotonic() - started
+
+    def _try(self, fd: int, reserved: int, grow: int) -> bool:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            if not ram_fits(self.used(), grow, self.budget - self.headroom()):
+                return False
+            try:
+                os.posix_fallocate(fd, reserved, grow)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                self.full_disk_waits += 1
+                if self.full_disk_waits in (1, 100) or self.full_disk_waits % 1000 == 0:
+                    log.warning("the RAM disk %s is full; waiting for room", self.layout.ram)
+                os.ftruncate(fd, reserved)
+                return False
+            return True
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

@@ -11,12 +11,12 @@ import boto3
 import botocore.exceptions
 
 from prefetchd.config import Config, split_s3_url
+from prefetchd.download.order import in_share, matches
+from prefetchd.download.store import S3Client, boot_failure, describe, make_client
 from prefetchd.errors import ConfigError
-from prefetchd.formats import get_format
 from prefetchd.layout import dir_problem
-from prefetchd.order import in_share, matches
 from prefetchd.sizes import format_size
-from prefetchd.store import S3Client, boot_failure, describe, make_client
+from prefetchd.write.formats import get_format
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from prefetchd.config import Config, load_config
 from prefetchd.errors import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE, PrefetchdError
 from prefetchd.layout import Layout
 from prefetchd.logs import redact, setup_logging
-from prefetchd.status import is_running, read_status, render_table
+from prefetchd.supervise.status import is_running, read_status, render_table
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(config: Config) -> int:
-    from prefetchd.supervisor import Supervisor
+    from prefetchd.supervise.supervisor import Supervisor
 
     setup_logging(config.log.level, "supervisor")
     supervisor = Supervisor(config)

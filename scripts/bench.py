@@ -101,8 +101,8 @@ def upload_and_stage(endpoint: str, spec: DatasetSpec, seed: int, floor_root: Pa
     """Put the dataset in the store and write the same records as TFRecord files on tmpfs."""
     import sample_data
 
-    from prefetchd.example import encode_example
     from prefetchd.tfrecord import frame
+    from prefetchd.write.example import encode_example
 
     client = sample_data.make_client(endpoint)
     sample_data.ensure_bucket(client, BUCKET)

@@ -186,9 +186,9 @@ def listing_only(keys: int) -> int:
     import resource
 
     from prefetchd.config import config_from_dict
-    from prefetchd.order import epoch_permutation
-    from prefetchd.share import ShareTable
-    from prefetchd.store import list_share
+    from prefetchd.download.order import epoch_permutation
+    from prefetchd.download.share import ShareTable
+    from prefetchd.download.store import list_share
 
     work = Path(tempfile.mkdtemp(prefix="prefetchd-manifest-listing-"))
     try:

@@ -4,7 +4,7 @@ Two kinds, matching prefetchd's formats:
 
 - ``tfrecord``: each object is a TFRecord file; each record is a ``tf.train.Example`` with
   ``id`` (int64, unique across the dataset) and ``payload`` (random, incompressible bytes).
-  Encoded without TensorFlow (``prefetchd.example`` and ``prefetchd.tfrecord``).
+  Encoded without TensorFlow (``prefetchd.write.example`` and ``prefetchd.tfrecord``).
 - ``raw``: each object is random bytes; prefetchd turns it into one Example whose ``key`` is
   the object key, so the keys are the sample ids.
 
@@ -32,9 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from prefetchd.example import encode_example
 from prefetchd.sizes import format_size, parse_size
 from prefetchd.tfrecord import frame, read_records
+from prefetchd.write.example import encode_example
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -54,9 +54,9 @@ import s3server
 import sample_data
 
 from prefetchd import ready_files
-from prefetchd.example import encode_example
 from prefetchd.sizes import format_size, parse_size
 from prefetchd.tfrecord import frame, read_records
+from prefetchd.write.example import encode_example
 
 BUCKET = "shuffle-quality"
 WINDOW = 1000

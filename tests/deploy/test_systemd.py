@@ -130,7 +130,7 @@ def _seconds(value: str) -> float:
 
 
 def test_stop_timeout_covers_the_drain_and_the_watchdog_covers_a_restart_backoff() -> None:
-    from prefetchd import supervisor
+    from prefetchd.supervise import supervisor
 
     svc = {k: v[-1] for k, v in unit("prefetchd@.service")["Service"].items()}
     assert _seconds(svc["TimeoutStopSec"]) >= supervisor.STOP_GRACE + 5

@@ -29,8 +29,8 @@ from conftest import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefetchd import ready_files
-from prefetchd.metrics import LABELLED, METRICS
-from prefetchd.status import REQUIRED_KEYS
+from prefetchd.supervise.metrics import LABELLED, METRICS
+from prefetchd.supervise.status import REQUIRED_KEYS
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from prefetchd.status import REQUIRED_KEYS
+from prefetchd.supervise.status import REQUIRED_KEYS
 
 from .trainers import KIB, MIB, SIZES, finish, start_consumer, status_json
 

@@ -90,7 +90,7 @@ def test_ready_watchdog_while_healthy_and_stopping(
     # systemd restarts a daemon that stays unhealthy; once it reports again, pings resume.
     from prefetchd.config import load_config
     from prefetchd.layout import Layout
-    from prefetchd.status import read_status
+    from prefetchd.supervise.status import read_status
 
     status = read_status(Layout.of(load_config(config)))
     assert status is not None

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from faultkit import SIZES, delivered, finish_reader, start_reader
 
-from prefetchd.consumer import parse_position
+from prefetchd.consume.ready import parse_position
 
 pytestmark = pytest.mark.e2e
 

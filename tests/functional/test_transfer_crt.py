@@ -28,16 +28,19 @@ import botocore.exceptions
 import pytest
 
 from prefetchd.config import Config, config_from_dict
+from prefetchd.download.classic import ClassicTransfer
+from prefetchd.download.jobs import Job
+from prefetchd.download.order import SourceObject
+from prefetchd.download.store import Fault, classify
+from prefetchd.download.transfer import make_transfer
+from prefetchd.download.verify import IntegrityError
 from prefetchd.errors import ConfigError
-from prefetchd.order import SourceObject
-from prefetchd.store import Fault, classify
-from prefetchd.transfer import ClassicTransfer, IntegrityError, Job, make_transfer
 
 pytest.importorskip("awscrt")
 
 import awscrt.s3
 
-from prefetchd.transfer_crt import CrtTransfer, endpoint_for, store_error
+from prefetchd.download.crt import CrtTransfer, endpoint_for, store_error
 
 BUCKET = "prefetchd-transfer-test"
 PART = 64 * 1024  # the smallest download.part_size allowed
@@ -412,7 +415,7 @@ def test_no_credentials_is_denied(
 
 
 def test_crt_missing_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "prefetchd.transfer_crt")
+    monkeypatch.delitem(sys.modules, "prefetchd.download.crt")
     monkeypatch.setitem(sys.modules, "awscrt", None)  # import awscrt -> ImportError
     config = make_config(tmp_path, "http://127.0.0.1:9", "crt")
     with pytest.raises(ConfigError, match=r"pip install 'prefetchd\[crt\]'"):

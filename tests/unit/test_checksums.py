@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from prefetchd.checksums import (
+from prefetchd.download.checksums import (
     MD5,
     Expected,
     composite,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prefetchd.config import load_config
-from prefetchd.formats import get_format
+from prefetchd.write.formats import get_format
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from prefetchd.errors import EXIT_USAGE, ConfigError, CorruptObject
-from prefetchd.formats import get_format
 from prefetchd.tfrecord import frame
+from prefetchd.write.formats import get_format
 
 KEY = "data/train/part-00001.tfrecord"
 RECORDS = [b"first", b"", b"\x00\xff" * 5000, b"last"]

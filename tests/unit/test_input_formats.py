@@ -14,13 +14,14 @@ import pytest
 import tensorflow as tf
 import zstandard
 
+from prefetchd.budget import RamBudget
 from prefetchd.errors import CorruptObject
-from prefetchd.formats import get_format
-from prefetchd.formats.compressed import zstd_problem
-from prefetchd.formats.tar import split_member
 from prefetchd.layout import Layout
-from prefetchd.shards import RamBudget, ShardFile
 from prefetchd.tfrecord import frame
+from prefetchd.write.formats import get_format
+from prefetchd.write.formats.compressed import zstd_problem
+from prefetchd.write.formats.tar import split_member
+from prefetchd.write.shards import ShardFile
 
 LINES_SPEC = {
     "key": tf.io.FixedLenFeature([], tf.string),

@@ -11,15 +11,15 @@ from collections import Counter
 
 import pytest
 
-from prefetchd.order import (
+from prefetchd.download.order import (
     SourceObject,
     epoch_order,
     host_of,
     in_share,
     matcher,
     matches,
-    mixing_rng,
 )
+from prefetchd.seeds import mixing_rng
 
 KEYS = [f"train/part-{i:05d}.tfrecord" for i in range(3000)] + [
     "a",
@@ -100,7 +100,8 @@ def test_order_keeps_object_metadata() -> None:
 
 _SUBPROCESS = """
 import json, sys
-from prefetchd.order import SourceObject, epoch_order, host_of, mixing_rng
+from prefetchd.download.order import SourceObject, epoch_order, host_of
+from prefetchd.seeds import mixing_rng
 keys = json.loads(sys.stdin.read())
 objs = [SourceObject(k, 1) for k in keys]
 print(json.dumps({

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from prefetchd.errors import CorruptObject
-from prefetchd.formats import get_format, shuffled_object
-from prefetchd.order import object_rng, shuffled_records
+from prefetchd.seeds import object_rng
 from prefetchd.tfrecord import frame
+from prefetchd.write.formats import get_format, shuffled_object
+from prefetchd.write.shuffle import shuffled_records
 
 RECORDS = [b"%05d" % i for i in range(1000)]
 

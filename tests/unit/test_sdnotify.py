@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from prefetchd.sdnotify import notify, watchdog_interval
+from prefetchd.supervise.sdnotify import notify, watchdog_interval
 
 
 def test_notify_without_systemd_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import prefetchd.share
+import prefetchd.download.share
 from prefetchd.config import config_from_dict
-from prefetchd.order import SourceObject, epoch_order, epoch_permutation
-from prefetchd.share import ShareTable
-from prefetchd.store import list_share
+from prefetchd.download.order import SourceObject, epoch_order, epoch_permutation
+from prefetchd.download.share import ShareTable
+from prefetchd.download.store import list_share
 
 KEYS = ["b/2", "a/1", "ü/日本語", "raw\udcffbyte", "a/10", "z", "a/1.gz", "../../etc/passwd"]
 OBJECTS = [SourceObject(k, i * 100, f"{i:032x}" if i % 2 else None) for i, k in enumerate(KEYS)]
@@ -40,7 +40,7 @@ def test_repeated_keys_are_kept_once() -> None:
 
 
 def test_sorting_merges_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prefetchd.share, "SORT_RUN", 3)  # force several runs
+    monkeypatch.setattr(prefetchd.download.share, "SORT_RUN", 3)  # force several runs
     keys = [f"k{random.Random(i).randrange(10**6):07d}-{i}" for i in range(50)]
     table = ShareTable.of(SourceObject(k, 1) for k in keys)
     assert [o.key for o in table] == sorted(keys)

@@ -13,9 +13,15 @@ from typing import Any
 
 import pytest
 
-from prefetchd.consumer import ConsumerStats
-from prefetchd.diagnosis import VERDICTS, diagnose
-from prefetchd.status import REQUIRED_KEYS, ConsumerWaits, Series, eta_seconds, render_table
+from prefetchd.consume.ready import ConsumerStats
+from prefetchd.supervise.diagnosis import VERDICTS, diagnose
+from prefetchd.supervise.status import (
+    REQUIRED_KEYS,
+    ConsumerWaits,
+    Series,
+    eta_seconds,
+    render_table,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "status"
 UPDATE = os.environ.get("PREFETCHD_UPDATE_GOLDEN") == "1"  # rewrite the expected tables
@@ -179,7 +185,7 @@ def test_an_unreadable_status_is_an_error_not_not_running(
     would send an operator hunting for a dead daemon."""
     from prefetchd.errors import RuntimeFailure
     from prefetchd.layout import Layout
-    from prefetchd.status import read_status
+    from prefetchd.supervise.status import read_status
 
     layout = Layout(tmp_path / "cache", tmp_path / "ram", tmp_path / "state")
     assert read_status(layout) is None

@@ -13,11 +13,11 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
-from prefetchd.checksums import digest_of
-from prefetchd.order import SourceObject
+from prefetchd.download.checksums import digest_of
+from prefetchd.download.jobs import Job
+from prefetchd.download.order import SourceObject
+from prefetchd.download.verify import IntegrityError, Verifier
 from prefetchd.tfrecord import frame
-from prefetchd.transfer import Job
-from prefetchd.verify import IntegrityError, Verifier
 
 PART = 5 * 1024
 

@@ -17,7 +17,7 @@ import heapq
 from array import array
 from collections.abc import Iterable, Iterator
 
-from prefetchd.order import SourceObject
+from prefetchd.download.order import SourceObject
 
 _ENCODING = "utf-8"
 _ERRORS = "surrogatepass"  # keys round-trip exactly; UTF-8 byte order is code point order

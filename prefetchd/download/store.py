@@ -20,8 +20,8 @@ import botocore.config
 import botocore.exceptions
 
 from prefetchd.config import Config, split_s3_url
+from prefetchd.download.order import SourceObject, in_share, matcher
 from prefetchd.errors import RuntimeFailure
-from prefetchd.order import SourceObject, in_share, matcher
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
 
-from prefetchd.checksums import (
+from prefetchd.download.checksums import (
     ALGORITHMS,
     MD5,
     Expected,
@@ -49,9 +49,9 @@ from prefetchd.checksums import (
 from prefetchd.tfrecord import FramingError, check_file
 
 if TYPE_CHECKING:
-    from prefetchd.order import SourceObject
-    from prefetchd.store import S3Client
-    from prefetchd.transfer import Job
+    from prefetchd.download.jobs import Job
+    from prefetchd.download.order import SourceObject
+    from prefetchd.download.store import S3Client
 
 log = logging.getLogger(__name__)
 

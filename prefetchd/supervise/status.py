@@ -19,7 +19,7 @@ import psutil
 from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import Layout
 from prefetchd.sizes import format_size
-from prefetchd.states import DaemonState
+from prefetchd.supervise.states import DaemonState
 
 RATE_WINDOW = 10.0  # seconds of history behind the rates
 HEARTBEAT_STALE = 15.0  # a status older than this means the daemon is not running

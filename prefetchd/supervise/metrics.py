@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from prefetchd.diagnosis import VERDICTS
 from prefetchd.errors import RuntimeFailure
-from prefetchd.states import DaemonState
+from prefetchd.supervise.diagnosis import VERDICTS
+from prefetchd.supervise.states import DaemonState
 
 LISTEN_ADDRESS = "127.0.0.1"  # never another interface: the figures are for this host
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prefetchd.example import encode_example
-from prefetchd.formats.compressed import open_object
+from prefetchd.write.example import encode_example
+from prefetchd.write.formats.compressed import open_object
 
 
 class LinesFormat:

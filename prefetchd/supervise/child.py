@@ -16,13 +16,14 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from prefetchd.config import Config
 from prefetchd.errors import PrefetchdError
 from prefetchd.layout import Layout, write_atomic
 from prefetchd.logs import redact, setup_logging
-from prefetchd.states import CHILD_BOOT_FAILURE
+from prefetchd.supervise.states import CHILD_BOOT_FAILURE
 
 log = logging.getLogger(__name__)
 
@@ -76,23 +77,18 @@ class ChildContext:
         self.stopping = True
 
 
-def child_main(role: str, index: int, config: Config) -> None:
-    """Entry point of every child process (spawned, so nothing is inherited but arguments)."""
-    name = role if role == "downloader" else f"{role}-{index}"
+def child_main(
+    name: str, entry: Callable[[ChildContext, int], None], index: int, config: Config
+) -> None:
+    """Entry point of every child process (spawned, so nothing is inherited but arguments):
+    set up logging and signals, run the role's ``entry(ctx, index)``, report how it ended."""
     setup_logging(config.log.level, name)
     _die_with_parent()
     ctx = ChildContext(name, config)
     signal.signal(signal.SIGTERM, ctx._on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which drains
     try:
-        if role == "downloader":
-            from prefetchd.downloader import Downloader
-
-            Downloader(ctx).run()
-        else:
-            from prefetchd.writer import Writer
-
-            Writer(ctx, index).run()
+        entry(ctx, index)
     except PrefetchdError as exc:
         message = redact(str(exc))
         log.error("%s", message)

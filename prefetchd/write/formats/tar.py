@@ -16,8 +16,8 @@ import tarfile
 from collections.abc import Iterator
 
 from prefetchd.errors import CorruptObject
-from prefetchd.example import encode_example
-from prefetchd.formats.compressed import open_object
+from prefetchd.write.example import encode_example
+from prefetchd.write.formats.compressed import open_object
 
 
 def split_member(name: str) -> tuple[str, str] | None:

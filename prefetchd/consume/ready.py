@@ -38,7 +38,7 @@ from prefetchd.layout import (
     parse_claim_name,
     parse_shard_name,
 )
-from prefetchd.states import DaemonState
+from prefetchd.supervise.states import DaemonState
 
 log = logging.getLogger(__name__)
 

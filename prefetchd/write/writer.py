@@ -31,10 +31,8 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
-from prefetchd.budget import ram_chunk
-from prefetchd.child import ChildContext
+from prefetchd.budget import Interrupted, RamBudget, ram_chunk
 from prefetchd.errors import CorruptObject
-from prefetchd.formats import Format, get_format, shuffled_object
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
@@ -45,8 +43,10 @@ from prefetchd.layout import (
     shard_name,
     write_atomic,
 )
-from prefetchd.order import mixing_rng, object_rng
-from prefetchd.shards import Interrupted, RamBudget, ShardFile
+from prefetchd.seeds import mixing_rng, object_rng
+from prefetchd.supervise.child import ChildContext
+from prefetchd.write.formats import Format, get_format, shuffled_object
+from prefetchd.write.shards import ShardFile
 
 log = logging.getLogger(__name__)
 

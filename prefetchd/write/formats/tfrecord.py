@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from random import Random
 
 from prefetchd.errors import CorruptObject
-from prefetchd.formats.compressed import compression_of, open_object
 from prefetchd.tfrecord import FramingError, index_records, read_record_at, read_records
+from prefetchd.write.formats.compressed import compression_of, open_object
 
 
 class TFRecordFormat:

@@ -9,12 +9,13 @@ hosts and data give the same order on every run (DESIGN.md invariant 6).
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import random
 import re
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from prefetchd.seeds import epoch_seed, stable_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,14 +27,9 @@ class SourceObject:
     etag: str | None = None
 
 
-def _hash64(*parts: object) -> int:
-    text = "\x00".join(str(p) for p in parts).encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
-
-
 def host_of(key: str, num_workers: int) -> int:
     """The worker index (0..num_workers-1) that owns ``key``."""
-    return _hash64("host", key) % num_workers
+    return stable_hash("host", key) % num_workers
 
 
 def in_share(key: str, num_workers: int, worker_index: int) -> bool:
@@ -52,10 +48,6 @@ def matcher(patterns: Iterable[str]) -> Callable[[str], bool]:
         return lambda _key: True
     match = re.compile("|".join(fnmatch.translate(p) for p in patterns)).match
     return lambda key: match(key) is not None
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    return _hash64("epoch", seed, epoch)
 
 
 def epoch_order(
@@ -77,38 +69,3 @@ def epoch_permutation(count: int, *, seed: int, epoch: int, shuffle: bool) -> ar
     if shuffle:
         random.Random(epoch_seed(seed, epoch)).shuffle(order)
     return order
-
-
-def mixing_rng(seed: int, epoch: int, writer: int) -> random.Random:
-    """The generator a writer uses to pick which open object gives the next record."""
-    return random.Random(_hash64("mix", seed, epoch, writer))
-
-
-def object_rng(seed: int, epoch: int, key: str) -> random.Random:
-    """The generator that shuffles the records inside one object in one epoch."""
-    return random.Random(_hash64("records", seed, epoch, key))
-
-
-def shuffled_records(
-    records: Iterable[bytes], rng: random.Random, *, max_records: int, max_bytes: int
-) -> Iterator[bytes]:
-    """``records`` in a seeded random order, holding at most ``max_records`` records and
-    ``max_bytes`` bytes (or one record, if that is larger) at a time.
-
-    An object that fits is shuffled uniformly; a larger one is shuffled within a sliding
-    buffer, like ``tf.data.Dataset.shuffle``. The same records and generator state give the
-    same order every time, which crash recovery relies on (it resumes by counting records).
-    """
-    buffer: list[bytes] = []
-    held = 0
-    for record in records:
-        buffer.append(record)
-        held += len(record)
-        while len(buffer) > max_records or held > max_bytes:
-            i = rng.randrange(len(buffer))
-            buffer[i], buffer[-1] = buffer[-1], buffer[i]
-            out = buffer.pop()
-            held -= len(out)
-            yield out
-    rng.shuffle(buffer)
-    yield from buffer

@@ -1,12 +1,11 @@
-"""Moving bytes from the store into local files: the classic boto3 client, and what every
-backend shares (``Job``, ``make_transfer``).
+"""The classic transfer client: boto3 ``get_object`` calls in a bounded thread pool.
 
 Small objects are one GET each, many at once; objects larger than ``download.part_size`` are
 split into ranged GETs that run in parallel and write into the same pre-sized file with
 ``pwrite``. ``download.concurrency`` bounds the requests in flight. boto3 does not check a
 ranged download end to end, so every object is verified after it is assembled
 (``verify.settle``: size, then MD5 ETag, TFRecord CRCs or S3 checksums, whichever covers it).
-``download.client: crt`` selects ``transfer_crt.CrtTransfer`` instead, which keeps the same
+``download.client: crt`` selects ``crt.CrtTransfer`` instead, which keeps the same
 contract and verifies through the same ``verify.Verifier``.
 """
 
@@ -16,23 +15,18 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import botocore.exceptions
 import urllib3.exceptions
 
 from prefetchd.budget import split_ranges
-from prefetchd.checksums import Expected
 from prefetchd.config import Config
-from prefetchd.errors import ConfigError
+from prefetchd.download.jobs import Done, Job
+from prefetchd.download.store import S3Client, make_client
+from prefetchd.download.verify import IntegrityError, Verifier, settle
 from prefetchd.layout import create_exclusive
-from prefetchd.order import SourceObject
-from prefetchd.store import S3Client, make_client
-from prefetchd.verify import IntegrityError, Verifier, settle
 
 log = logging.getLogger(__name__)
 
@@ -48,53 +42,6 @@ _STREAM_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
-
-
-@dataclass
-class Job:
-    """One object being fetched into ``tmp``."""
-
-    epoch: int
-    seq: int
-    obj: SourceObject
-    name: str
-    tmp: Path
-    attempt: int = 0
-    part_size: int | None = None  # instead of download.part_size (classic client only)
-    ranges: list[tuple[int, int]] = field(default_factory=list)
-    next_part: int = 0
-    # Filled in by the transfer threads:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    parts_left: int = 0
-    fd: int = -1
-    error: BaseException | None = None
-    retries: int = 0
-    md5: Any = None
-    lookups: int = 0  # HEAD requests this fetch made to learn how to verify it
-    # What verifying it takes, learnt once and kept across re-fetches (``verify.Verifier``):
-    looked_up: bool = False
-    expected: Expected | None = None
-    unverified: str | None = None  # why only the size can be checked
-    bad_digest: bytes | None = None  # what the last fetch that failed verification hashed to
-
-    @property
-    def all_submitted(self) -> bool:
-        return self.next_part >= len(self.ranges)
-
-
-Done = Callable[[Job], None]
-
-
-class Transfer(Protocol):
-    """What the downloader needs of a backend. ``done(job)`` is called exactly once per prepared
-    job, from a thread other than the caller's, after ``job.fd`` is closed and set to -1, with
-    ``job.error`` set if the object could not be fetched or failed verification."""
-
-    def prepare(self, job: Job) -> None: ...
-
-    def submit_parts(self, job: Job, timeout: float) -> bool: ...
-
-    def shutdown(self) -> None: ...
 
 
 class ClassicTransfer:
@@ -221,18 +168,3 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         written = os.pwrite(fd, view, offset)
         view = view[written:]
         offset += written
-
-
-def make_transfer(config: Config, done: Done) -> Transfer:
-    """The backend ``download.client`` names; raises ``ConfigError`` if it is not installed."""
-    if config.download.client != "crt":
-        return ClassicTransfer(config, done)
-    try:  # imported here so the classic path never loads awscrt
-        from prefetchd.transfer_crt import CrtTransfer
-    except ImportError as exc:
-        if (exc.name or "").partition(".")[0] != "awscrt":
-            raise
-        raise ConfigError(
-            "download.client: 'crt' needs the crt extra: pip install 'prefetchd[crt]'"
-        ) from None
-    return CrtTransfer(config, done)

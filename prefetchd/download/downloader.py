@@ -27,7 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefetchd.budget import Window
-from prefetchd.child import ChildContext
+from prefetchd.download.jobs import Job
+from prefetchd.download.order import epoch_permutation
+from prefetchd.download.share import ShareTable
+from prefetchd.download.store import (
+    Fault,
+    boot_failure,
+    classify,
+    describe,
+    list_share,
+    make_client,
+)
+from prefetchd.download.transfer import make_transfer
+from prefetchd.download.verify import IntegrityError
 from prefetchd.errors import RuntimeFailure
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.layout import (
@@ -38,18 +50,7 @@ from prefetchd.layout import (
     parse_object_name,
     write_atomic,
 )
-from prefetchd.order import epoch_permutation
-from prefetchd.share import ShareTable
-from prefetchd.store import (
-    Fault,
-    boot_failure,
-    classify,
-    describe,
-    list_share,
-    make_client,
-)
-from prefetchd.transfer import Job, make_transfer
-from prefetchd.verify import IntegrityError
+from prefetchd.supervise.child import ChildContext
 
 log = logging.getLogger(__name__)
 

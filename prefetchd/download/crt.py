@@ -54,11 +54,11 @@ import botocore.exceptions
 import botocore.session
 
 from prefetchd.config import Config
+from prefetchd.download.jobs import Done, Job
+from prefetchd.download.store import make_client
+from prefetchd.download.verify import IntegrityError, Verifier, settle
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
-from prefetchd.store import make_client
-from prefetchd.transfer import Done, Job
-from prefetchd.verify import IntegrityError, Verifier, settle
 
 log = logging.getLogger(__name__)
 

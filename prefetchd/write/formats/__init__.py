@@ -19,12 +19,12 @@ from random import Random
 from typing import Protocol, cast
 
 from prefetchd.errors import ConfigError, CorruptObject
-from prefetchd.formats.compressed import open_object
-from prefetchd.formats.lines import LinesFormat
-from prefetchd.formats.raw import RawFormat
-from prefetchd.formats.tar import TarFormat
-from prefetchd.formats.tfrecord import TFRecordFormat
-from prefetchd.order import shuffled_records
+from prefetchd.write.formats.compressed import open_object
+from prefetchd.write.formats.lines import LinesFormat
+from prefetchd.write.formats.raw import RawFormat
+from prefetchd.write.formats.tar import TarFormat
+from prefetchd.write.formats.tfrecord import TFRecordFormat
+from prefetchd.write.shuffle import shuffled_records
 
 __all__ = ["Format", "PluginFormat", "get_format", "open_object", "shuffled_object"]
 
@@ -40,7 +40,7 @@ def shuffled_object(
 
     A format with a ``shuffled(key, path, rng)`` method that returns an iterator shuffles the
     whole object itself (``tfrecord`` by offsets, 8 bytes per record); any other object goes
-    through a bounded shuffle buffer (``order.shuffled_records``).
+    through a bounded shuffle buffer (``shuffle.shuffled_records``).
     """
     method = getattr(fmt, "shuffled", None)
     whole = method(key, path, rng) if method is not None else None

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefetchd.child import child_main
 from prefetchd.config import Config
-from prefetchd.diagnosis import diagnose
 from prefetchd.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure
 from prefetchd.layout import (
     Layout,
@@ -35,9 +33,12 @@ from prefetchd.layout import (
     write_atomic,
 )
 from prefetchd.logs import redact
-from prefetchd.sdnotify import notify, watchdog_interval
-from prefetchd.states import CHILD_BOOT_FAILURE, ChildState, DaemonState
-from prefetchd.status import (
+from prefetchd.supervise.child import child_main
+from prefetchd.supervise.diagnosis import diagnose
+from prefetchd.supervise.roles import ROLES, Role
+from prefetchd.supervise.sdnotify import notify, watchdog_interval
+from prefetchd.supervise.states import CHILD_BOOT_FAILURE, ChildState, DaemonState
+from prefetchd.supervise.status import (
     ConsumerWaits,
     Rates,
     Series,
@@ -64,7 +65,7 @@ QUICK_CRASH = 30.0
 
 @dataclass
 class Child:
-    role: str
+    role: Role
     index: int
     state: ChildState = ChildState.STARTING
     process: multiprocessing.process.BaseProcess | None = None
@@ -76,7 +77,7 @@ class Child:
 
     @property
     def name(self) -> str:
-        return self.role if self.role == "downloader" else f"{self.role}-{self.index}"
+        return self.role.child_name(self.index)
 
     @property
     def pid(self) -> int | None:
@@ -92,9 +93,7 @@ class Supervisor:
         self.config = config
         self.layout = Layout.of(config)
         self.mp = multiprocessing.get_context("spawn")
-        self.children = [Child("downloader", 0)] + [
-            Child("writer", i) for i in range(config.output.writers)
-        ]
+        self.children = [Child(role, i) for role in ROLES for i in range(role.count(config))]
         self.state = DaemonState.STARTING
         self.reason: str | None = None
         self.signals: deque[int] = deque()
@@ -148,7 +147,9 @@ class Supervisor:
         self._return_orphaned_claims(force=True)
         self.next_epoch = self._first_incomplete_epoch()
         if self.config.status.metrics_port is not None:
-            from prefetchd.metrics import MetricsServer  # only daemons with metrics load it
+            from prefetchd.supervise.metrics import (
+                MetricsServer,  # only daemons with metrics load it
+            )
 
             self.metrics = MetricsServer.start(
                 self.config.status.metrics_port, lambda: self.last_snapshot
@@ -235,7 +236,7 @@ class Supervisor:
         (self.layout.children / f"{child.name}.json").unlink(missing_ok=True)
         child.process = self.mp.Process(
             target=child_main,
-            args=(child.role, child.index, self.config),
+            args=(child.name, child.role.entry, child.index, self.config),
             name=f"prefetchd-{child.name}",
         )
         child.process.start()

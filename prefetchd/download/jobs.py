@@ -1,0 +1,49 @@
+"""What the downloader and its transfer clients exchange: one ``Job`` per object being fetched,
+and the ``Done`` callback a client calls when it is settled. A leaf: the clients, the verifier and
+the downloader import it; it imports none of them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefetchd.download.checksums import Expected
+from prefetchd.download.order import SourceObject
+
+
+@dataclass
+class Job:
+    """One object being fetched into ``tmp``."""
+
+    epoch: int
+    seq: int
+    obj: SourceObject
+    name: str
+    tmp: Path
+    attempt: int = 0
+    part_size: int | None = None  # instead of download.part_size (classic client only)
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+    next_part: int = 0
+    # Filled in by the transfer threads:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    parts_left: int = 0
+    fd: int = -1
+    error: BaseException | None = None
+    retries: int = 0
+    md5: Any = None
+    lookups: int = 0  # HEAD requests this fetch made to learn how to verify it
+    # What verifying it takes, learnt once and kept across re-fetches (``verify.Verifier``):
+    looked_up: bool = False
+    expected: Expected | None = None
+    unverified: str | None = None  # why only the size can be checked
+    bad_digest: bytes | None = None  # what the last fetch that failed verification hashed to
+
+    @property
+    def all_submitted(self) -> bool:
+        return self.next_part >= len(self.ranges)
+
+
+Done = Callable[[Job], None]

@@ -1,0 +1,41 @@
+"""The transfer clients' contract (``Transfer``) and the factory that picks one by
+``download.client``: ``classic.ClassicTransfer`` (boto3) or ``crt.CrtTransfer`` (awscrt). Both
+keep the same contract and verify through the same ``verify.Verifier``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from prefetchd.config import Config
+from prefetchd.download.jobs import Done, Job
+from prefetchd.errors import ConfigError
+
+
+class Transfer(Protocol):
+    """What the downloader needs of a backend. ``done(job)`` is called exactly once per prepared
+    job, from a thread other than the caller's, after ``job.fd`` is closed and set to -1, with
+    ``job.error`` set if the object could not be fetched or failed verification."""
+
+    def prepare(self, job: Job) -> None: ...
+
+    def submit_parts(self, job: Job, timeout: float) -> bool: ...
+
+    def shutdown(self) -> None: ...
+
+
+def make_transfer(config: Config, done: Done) -> Transfer:
+    """The backend ``download.client`` names; raises ``ConfigError`` if it is not installed."""
+    if config.download.client != "crt":
+        from prefetchd.download.classic import ClassicTransfer
+
+        return ClassicTransfer(config, done)
+    try:  # imported here so the classic path never loads awscrt
+        from prefetchd.download.crt import CrtTransfer
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "awscrt":
+            raise
+        raise ConfigError(
+            "download.client: 'crt' needs the crt extra: pip install 'prefetchd[crt]'"
+        ) from None
+    return CrtTransfer(config, done)

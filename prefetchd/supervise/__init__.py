@@ -1,0 +1,1 @@
+"""The `prefetchd run` process: start, watch and stop the children; status, metrics, systemd."""

@@ -1,0 +1,42 @@
+"""The table of child roles the supervisor runs: what each one is called, how many there are
+and where its main loop lives. The child shell (``child.child_main``) knows no role; it is
+handed the role's entry point. Each entry imports its stage only inside the child, so a writer
+never loads boto3 and the supervisor loads neither stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prefetchd.config import Config
+from prefetchd.supervise.child import ChildContext
+
+
+def run_downloader(ctx: ChildContext, index: int) -> None:
+    from prefetchd.download.downloader import Downloader
+
+    Downloader(ctx).run()
+
+
+def run_writer(ctx: ChildContext, index: int) -> None:
+    from prefetchd.write.writer import Writer
+
+    Writer(ctx, index).run()
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    entry: Callable[[ChildContext, int], None]  # module-level, so spawn can pickle it
+    count: Callable[[Config], int]
+    numbered: bool  # children named "<role>-<index>" (else just "<role>": there is one)
+
+    def child_name(self, index: int) -> str:
+        return f"{self.name}-{index}" if self.numbered else self.name
+
+
+ROLES: tuple[Role, ...] = (
+    Role("downloader", run_downloader, lambda _config: 1, numbered=False),
+    Role("writer", run_writer, lambda config: config.output.writers, numbered=True),
+)
