@@ -113,7 +113,8 @@ class Supervisor:
         self._take_lock()
         self._prepare_state()
         # SIGHUP drains like SIGTERM: it comes from a closed terminal, never from systemd or
-        # Kubernetes, and there is no configuration to reload (docs/operations.md, Signals).
+        # Kubernetes, and there is no config to reload (docs/operations.md, "Restarts and
+        # signals").
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda s, _f: self.signals.append(s))
         self._return_orphaned_claims(force=True)
@@ -200,7 +201,7 @@ class Supervisor:
                 log.info("received %s: already draining", name)
                 continue
             notify("STOPPING=1")
-            DAEMON.move(self, DaemonState.DRAINING, "prefetchd", f"received {name}")
+            DAEMON.move(self, DaemonState.DRAINING, "daemon", f"received {name}")
         return self.state is DaemonState.DRAINING
 
     # --- children -----------------------------------------------------------------------------
@@ -238,7 +239,7 @@ class Supervisor:
     def _check_started(self) -> None:
         self.lifecycle.mark_ready()
         if self.state is DaemonState.STARTING and self.lifecycle.all_running():
-            DAEMON.move(self, DaemonState.RUNNING, "prefetchd", f"{len(self.children)} children")
+            DAEMON.move(self, DaemonState.RUNNING, "daemon", f"{len(self.children)} children")
             notify("READY=1")
 
     def _stop_children(self) -> None:
@@ -246,7 +247,7 @@ class Supervisor:
 
     def _fail(self, reason: str) -> None:
         self.reason = redact(reason)
-        DAEMON.move(self, DaemonState.FAILED, "prefetchd", self.reason)
+        DAEMON.move(self, DaemonState.FAILED, "daemon", self.reason)
         notify(f"STATUS=failed: {self.reason}")
 
     # --- epochs and shards --------------------------------------------------------------------
@@ -306,7 +307,7 @@ class Supervisor:
             return
         if self.state is DaemonState.FAILED:
             return  # a child failed in this very tick: its reason stands
-        DAEMON.move(self, DaemonState.DONE, "prefetchd", f"{count} epochs")
+        DAEMON.move(self, DaemonState.DONE, "daemon", f"{count} epochs")
         job = json.loads(lay.job_file.read_text(encoding="utf-8"))
         write_atomic(lay.job_file, json.dumps({**job, "finished": True}).encode(), fsync=True)
         log.info("all %d epochs delivered and consumed; exiting", count)
