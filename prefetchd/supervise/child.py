@@ -86,7 +86,9 @@ def child_main(
     _die_with_parent()
     ctx = ChildContext(name, config)
     signal.signal(signal.SIGTERM, ctx._on_signal)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which drains
+    # Ctrl-C and a closed terminal signal the whole process group; the supervisor drains us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         entry(ctx, index)
     except PrefetchdError as exc:

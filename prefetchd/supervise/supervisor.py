@@ -12,13 +12,11 @@ import fcntl
 import json
 import logging
 import multiprocessing
-import multiprocessing.process
 import os
 import shutil
 import signal
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +32,11 @@ from prefetchd.layout import (
 )
 from prefetchd.logs import redact
 from prefetchd.supervise.child import child_main
+from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
-from prefetchd.supervise.roles import ROLES, Role
+from prefetchd.supervise.roles import ROLES
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
-from prefetchd.supervise.states import CHILD_BOOT_FAILURE, ChildState, DaemonState
+from prefetchd.supervise.states import DAEMON, ChildState, DaemonState
 from prefetchd.supervise.status import (
     ConsumerWaits,
     Rates,
@@ -54,38 +53,8 @@ TICK = 0.2
 STATUS_INTERVAL = 1.0
 EPOCH_CHECK_INTERVAL = 1.0
 STOP_GRACE = 20.0  # seconds children get to drain before they are killed
-HEARTBEAT_TIMEOUT = 30.0
 HEALTHY_HEARTBEAT = 10.0  # a running child reported this recently: the watchdog is fed
 MAX_EPOCHS_SHOWN = 4
-BACKOFF_START = 0.5
-BACKOFF_MAX = 30.0
-MAX_QUICK_CRASHES = 5  # crashes in a row, each within QUICK_CRASH seconds of its start
-QUICK_CRASH = 30.0
-
-
-@dataclass
-class Child:
-    role: Role
-    index: int
-    state: ChildState = ChildState.STARTING
-    process: multiprocessing.process.BaseProcess | None = None
-    restarts: int = 0
-    quick_crashes: int = 0
-    started_at: float = 0.0
-    next_start: float = 0.0
-    last_report: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.role.child_name(self.index)
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.is_alive()
 
 
 class Supervisor:
@@ -94,7 +63,8 @@ class Supervisor:
         self.layout = Layout.of(config)
         self.mp = multiprocessing.get_context("spawn")
         self.children = [Child(role, i) for role in ROLES for i in range(role.count(config))]
-        self.state = DaemonState.STARTING
+        self.lifecycle = Lifecycle(self.children, self._start_process)
+        self.state = DaemonState.STARTING  # then only DAEMON.move changes it
         self.reason: str | None = None
         self.signals: deque[int] = deque()
         self.totals = Totals()
@@ -142,6 +112,9 @@ class Supervisor:
         self.layout.create()
         self._take_lock()
         self._prepare_state()
+        # SIGHUP drains like SIGTERM: it comes from a closed terminal, never from systemd or
+        # Kubernetes, and there is no config to reload (docs/operations.md, "Restarts and
+        # signals").
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda s, _f: self.signals.append(s))
         self._return_orphaned_claims(force=True)
@@ -154,8 +127,7 @@ class Supervisor:
             self.metrics = MetricsServer.start(
                 self.config.status.metrics_port, lambda: self.last_snapshot
             )
-        for child in self.children:
-            self._spawn(child)
+        self.lifecycle.start_all()
         self._publish_status(force=True)
 
     def _take_lock(self) -> None:
@@ -224,27 +196,27 @@ class Supervisor:
     def _handle_signals(self) -> bool:
         """Start draining if a stop signal arrived; True if the daemon is draining."""
         while self.signals:
-            signum = self.signals.popleft()
-            log.info("received %s: draining", signal.Signals(signum).name)
+            name = signal.Signals(self.signals.popleft()).name
+            if self.state is DaemonState.DRAINING:
+                log.info("received %s: already draining", name)
+                continue
             notify("STOPPING=1")
-            self.state = DaemonState.DRAINING
+            DAEMON.move(self, DaemonState.DRAINING, "daemon", f"received {name}")
         return self.state is DaemonState.DRAINING
 
     # --- children -----------------------------------------------------------------------------
 
-    def _spawn(self, child: Child) -> None:
+    def _start_process(self, child: Child) -> ChildProcess:
+        """The lifecycle's spawn seam: a fresh interpreter running the child's role, with no
+        report of a previous process left for it to be mistaken for."""
         (self.layout.children / f"{child.name}.json").unlink(missing_ok=True)
-        child.process = self.mp.Process(
+        process = self.mp.Process(
             target=child_main,
             args=(child.name, child.role.entry, child.index, self.config),
             name=f"prefetchd-{child.name}",
         )
-        child.process.start()
-        child.started_at = time.monotonic()
-        child.last_report = {}
-        if child.state is not ChildState.STARTING:
-            child.state = ChildState.STARTING  # BACKOFF -> STARTING
-        log.debug("started %s (pid %s)", child.name, child.pid)
+        process.start()
+        return process
 
     def _collect_reports(self) -> None:
         reports = read_children(self.layout)
@@ -255,97 +227,27 @@ class Supervisor:
 
     def _reap_and_restart(self) -> None:
         self._collect_reports()
-        now = time.monotonic()
-        for child in self.children:
-            if child.state is ChildState.BACKOFF:
-                if now >= child.next_start:
-                    child.restarts += 1
-                    self._spawn(child)
-                continue
-            if child.state in (ChildState.FATAL, ChildState.EXITED) or child.process is None:
-                continue
-            if child.alive:
-                self._check_heartbeat(child, now)
-                continue
-            self._on_exit(child, now)
-
-    def _check_heartbeat(self, child: Child, now: float) -> None:
-        if child.state is not ChildState.RUNNING:
-            return
-        beat = float(child.last_report.get("heartbeat", 0))
-        if beat and time.time() - beat > HEARTBEAT_TIMEOUT and child.pid:
-            log.error(
-                "%s (pid %s) stopped reporting for %.0fs; killing it",
-                child.name,
-                child.pid,
-                time.time() - beat,
-            )
-            os.kill(child.pid, signal.SIGKILL)
-
-    def _on_exit(self, child: Child, now: float) -> None:
-        assert child.process is not None
         if self.signals:
             return  # a stop signal just arrived (perhaps to the whole group): drain, no restart
-        code = child.process.exitcode
-        child.process.join(0)
-        self.totals.add_dead(child.name, child.last_report)
-        reason = child.last_report.get("boot_error") or child.last_report.get("fatal")
-        if child.state is ChildState.STARTING and code == CHILD_BOOT_FAILURE:
-            child.state = ChildState.FATAL  # STARTING -> FATAL
-            self._fail(f"{child.name} could not start: {reason or f'exit code {code}'}")
-            return
-        uptime = now - child.started_at
-        child.quick_crashes = child.quick_crashes + 1 if uptime < QUICK_CRASH else 1
-        if child.quick_crashes >= MAX_QUICK_CRASHES:
-            child.state = ChildState.FATAL  # BACKOFF -> FATAL
-            self._fail(
-                f"{child.name} crashed {child.quick_crashes} times in a row"
-                + (f"; last error: {reason}" if reason else f" (exit code {code})")
-            )
-            return
-        delay = min(BACKOFF_MAX, BACKOFF_START * 2 ** (child.quick_crashes - 1))
-        log.error(
-            "%s (pid %s) exited with code %s%s; restarting in %.1fs",
-            child.name,
-            child.pid,
-            code,
-            f" ({reason})" if reason else "",
-            delay,
-        )
-        child.state = ChildState.BACKOFF  # RUNNING -> BACKOFF
-        child.next_start = now + delay
+        for gone in self.lifecycle.reap():
+            self.totals.add_dead(gone.child.name, gone.child.last_report)
+            if gone.failure is not None and self.state is not DaemonState.FAILED:
+                self._fail(gone.failure)  # the first child to fail gives the daemon's reason
+        self.lifecycle.restart_due()
+        self.lifecycle.kill_hung()
 
     def _check_started(self) -> None:
-        for child in self.children:
-            if child.state is ChildState.STARTING and child.last_report.get("ready"):
-                child.state = ChildState.RUNNING  # STARTING -> RUNNING
-        if self.state is DaemonState.STARTING and all(
-            c.state is ChildState.RUNNING for c in self.children
-        ):
-            self.state = DaemonState.RUNNING
-            log.info("all %d children running", len(self.children))
+        self.lifecycle.mark_ready()
+        if self.state is DaemonState.STARTING and self.lifecycle.all_running():
+            DAEMON.move(self, DaemonState.RUNNING, "daemon", f"{len(self.children)} children")
             notify("READY=1")
 
     def _stop_children(self) -> None:
-        live = [c for c in self.children if c.alive]
-        for child in live:
-            child.state = ChildState.STOPPING  # any -> STOPPING
-            assert child.pid is not None
-            os.kill(child.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE
-        for child in live:
-            assert child.process is not None
-            child.process.join(max(0.0, deadline - time.monotonic()))
-            if child.process.is_alive():
-                log.warning("%s did not stop in %.0fs; killing it", child.name, STOP_GRACE)
-                child.process.kill()
-                child.process.join(5)
-            child.state = ChildState.EXITED  # STOPPING -> EXITED
+        self.lifecycle.stop(STOP_GRACE)
 
     def _fail(self, reason: str) -> None:
         self.reason = redact(reason)
-        self.state = DaemonState.FAILED
-        log.error("%s", self.reason)
+        DAEMON.move(self, DaemonState.FAILED, "daemon", self.reason)
         notify(f"STATUS=failed: {self.reason}")
 
     # --- epochs and shards --------------------------------------------------------------------
@@ -403,7 +305,9 @@ class Supervisor:
         lay = self.layout
         if any(os.listdir(d) for d in (lay.ram_ready, lay.ram_claimed)):
             return
-        self.state = DaemonState.DONE
+        if self.state is DaemonState.FAILED:
+            return  # a child failed in this very tick: its reason stands
+        DAEMON.move(self, DaemonState.DONE, "daemon", f"{count} epochs")
         job = json.loads(lay.job_file.read_text(encoding="utf-8"))
         write_atomic(lay.job_file, json.dumps({**job, "finished": True}).encode(), fsync=True)
         log.info("all %d epochs delivered and consumed; exiting", count)
