@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sample_data
 import yaml
 import zstandard
+
+from testkit import sample_data
 
 from .trainers import HERE, finish, start_consumer
 

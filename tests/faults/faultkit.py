@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from sample_data import read_ids
+
+from testkit.sample_data import read_ids
 
 KIB, MIB = 1024, 1024**2
 # 3 KiB to 1.5 MiB: single and ranged GETs, several shards per epoch.
@@ -24,13 +25,16 @@ SIZES = [
 
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 
 def start_reader(config: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``reader.py`` as a module from the repository root, so it imports ``testkit`` too."""
     return subprocess.Popen(
-        [sys.executable, str(HERE / "reader.py"), str(config), str(out), *extra],
+        [sys.executable, "-m", "tests.faults.reader", str(config), str(out), *extra],
         stdout=subprocess.DEVNULL,
         stderr=open(out.with_suffix(".log"), "wb"),
+        cwd=ROOT,
     )
 
 

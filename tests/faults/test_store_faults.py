@@ -24,7 +24,8 @@ from faultkit import (
     wait_status,
 )
 from faultproxy import FaultProxy, Rule
-from sample_data import raw_object, tfrecord_object
+
+from testkit.sample_data import raw_object, tfrecord_object
 
 pytestmark = pytest.mark.e2e
 E2E = Path(__file__).resolve().parents[1] / "e2e"

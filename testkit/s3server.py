@@ -1,4 +1,5 @@
-"""Start and stop a local S3 endpoint (moto server) on 127.0.0.1 for the demo and the tests.
+"""Start and stop a local S3 endpoint (moto server) on 127.0.0.1 for the demo, the tests and the
+benchmark (which also runs SeaweedFS: ``testkit.seaweedfs``).
 
 moto is slow (~170 requests/s, see FACTS.md) but speaks S3 faithfully, which is what functional
 tests need. The server always binds 127.0.0.1, runs in its own session (a Ctrl-C in the
@@ -12,8 +13,8 @@ Python::
 
 Shell::
 
-    python scripts/s3server.py moto --port-file F --pid-file P [--log-file L] [--foreground]
-    python scripts/s3server.py stop --pid-file P
+    python -m testkit.s3server moto --port-file F --pid-file P [--log-file L] [--foreground]
+    python -m testkit.s3server stop --pid-file P
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -108,19 +111,28 @@ def _start_once(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    wait_answering(proc, url, "moto server", log_path, timeout)
+    return proc, url
+
+
+def wait_answering(
+    proc: subprocess.Popen[bytes], url: str, what: str, log_path: Path | None, timeout: float
+) -> None:
+    """Wait until an HTTP server answers at ``url``. Raises ``ServerError`` (with the tail of
+    ``log_path``) if ``proc`` exits first, or stops it and raises after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise ServerError(
-                f"moto server exited with code {proc.returncode} before answering at {url}"
+                f"{what} exited with code {proc.returncode} before answering at {url}"
                 + _log_tail(log_path)
             )
         if answers(url, timeout=0.5):
-            return proc, url
+            return
         time.sleep(0.1)
     stop_process(proc)
     raise ServerError(
-        f"moto server did not answer at {url} within {timeout:.0f} s" + _log_tail(log_path)
+        f"{what} did not answer at {url} within {timeout:.0f} s" + _log_tail(log_path)
     )
 
 
@@ -134,6 +146,26 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> No
         except subprocess.TimeoutExpired:
             proc.kill()
     proc.wait()
+
+
+@dataclass
+class Server:
+    """A local S3 endpoint this process started; ``stop()`` ends it by PID, then removes
+    ``workdir`` (its data and log), if any."""
+
+    kind: str
+    endpoint: str
+    proc: subprocess.Popen[bytes]
+    workdir: Path | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1])
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 @contextlib.contextmanager
