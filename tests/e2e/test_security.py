@@ -17,6 +17,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from testkit.s3server import free_port
+
+from .trainers import finish, start_consumer
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
@@ -43,15 +47,7 @@ HOSTILE_KEYS = [
 
 
 def consume(config: Path, out: Path) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "consume.py"), str(config), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data: dict[str, Any] = json.loads(out.read_text())
-    return data
+    return finish(start_consumer(config, out), out)
 
 
 def every_path(*roots: Path) -> set[Path]:
@@ -164,7 +160,7 @@ def test_credentials_never_appear_in_logs_status_metrics_or_errors(
     upload("tfrecord", [4096, 64 * 1024, 300 * 1024], seed=4)
     # one object that is not a TFRecord: quarantined, so an error with its key is reported
     s3_client.put_object(Bucket=bucket, Key="data/broken.tfrecord", Body=b"\x07" * 2048)
-    port = _free_port()
+    port = free_port()
     config_path = write_config(
         tmp_path, epochs__count=1, log__level="debug", status__metrics_port=port
     )
@@ -239,11 +235,3 @@ def test_credentials_never_appear_in_logs_status_metrics_or_errors(
             assert secret not in text, f"{name} appears in the {where}"
             # nor a fragment long enough to matter (e.g. a token cut by a line wrap)
             assert secret[:16] not in text, f"part of {name} appears in the {where}"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
