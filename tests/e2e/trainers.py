@@ -1,6 +1,6 @@
 """Helpers for end-to-end tests: trainer processes and the daemon's status.
 
-``finish`` is ``testkit.trainers``' (the fault tests use it too)."""
+Trainer processes are ``testkit.trainers``' (the fault tests use them too)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from testkit.trainers import start_trainer
+from testkit.trainers import finish_trainer, start_trainer
 
 HERE = Path(__file__).resolve().parent
 CONSUMER = "tests.e2e.consume"
+finish = finish_trainer  # the consumer's output once it exits 0 (fails the test otherwise)
 KIB, MIB = 1024, 1024**2
 # 1 KiB to well past part_size (256 KiB), so both single and ranged GETs happen.
 SIZES = [
