@@ -6,7 +6,7 @@
 #   3. upload a synthetic TFRecord dataset with unique record ids
 #   4. write a config into a private temp dir (shards go to a private dir under /dev/shm)
 #   5. `prefetchd check`, then `prefetchd run` in the background
-#   6. train a tiny Keras model from the daemon's shards (scripts/demo_train.py), printing
+#   6. train a tiny Keras model from the daemon's shards (testkit/demo_train.py), printing
 #      `prefetchd status` while it runs, and check every record arrived once per epoch
 #   7. wait for the daemon to exit 0 after the last epoch
 #
@@ -85,7 +85,7 @@ cleanup() {
     [ -z "$TRAIN_PID" ] || wait "$TRAIN_PID" 2>/dev/null
     stop_daemon
     if [ -n "$WORK" ] && [ -f "$WORK/moto.pid" ]; then
-        python scripts/s3server.py stop --pid-file "$WORK/moto.pid"
+        python -m testkit.s3server stop --pid-file "$WORK/moto.pid"
     fi
     if ((rc != 0)) && [ -n "$WORK" ] && [ -s "$WORK/prefetchd.log" ]; then
         echo "--- last lines of the daemon's log ($WORK/prefetchd.log) ---"
@@ -127,13 +127,13 @@ unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN AWS_REGION AWS_ENDPOINT_
 export TF_CPP_MIN_LOG_LEVEL=2
 
 say "starting a local S3 server (moto) on 127.0.0.1"
-python scripts/s3server.py moto --port-file "$WORK/moto.port" --pid-file "$WORK/moto.pid" \
+python -m testkit.s3server moto --port-file "$WORK/moto.port" --pid-file "$WORK/moto.pid" \
     --log-file "$WORK/moto.log" >/dev/null
 ENDPOINT="http://127.0.0.1:$(cat "$WORK/moto.port")"
 echo "S3 endpoint $ENDPOINT (pid $(cat "$WORK/moto.pid"))"
 
 say "uploading $DEMO_OBJECTS TFRecord objects of $DEMO_MIN_SIZE-$DEMO_MAX_SIZE to s3://$BUCKET/$PREFIX"
-python scripts/sample_data.py --endpoint "$ENDPOINT" --bucket "$BUCKET" --prefix "$PREFIX" \
+python -m testkit.sample_data --endpoint "$ENDPOINT" --bucket "$BUCKET" --prefix "$PREFIX" \
     --kind tfrecord --objects "$DEMO_OBJECTS" --min-size "$DEMO_MIN_SIZE" \
     --max-size "$DEMO_MAX_SIZE" --seed 0 --summary-json "$WORK/dataset.json"
 
@@ -199,8 +199,8 @@ while [ "$(daemon_state)" = starting ] && ((SECONDS < deadline)); do
 done
 prefetchd status --config "$CONFIG" || true
 
-say "training a small Keras model from the shards (scripts/demo_train.py)"
-python scripts/demo_train.py --config "$CONFIG" --expect "$WORK/dataset.json" \
+say "training a small Keras model from the shards (testkit/demo_train.py)"
+python -m testkit.demo_train --config "$CONFIG" --expect "$WORK/dataset.json" \
     --epochs "$DEMO_EPOCHS" --timeout 120 &
 TRAIN_PID=$!
 next_status=$((SECONDS + DEMO_STATUS_EVERY))

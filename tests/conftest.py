@@ -5,7 +5,7 @@ never outlive their test.
 - ``s3_client`` (session): a boto3 S3 client for it.
 - ``bucket``: a fresh, uniquely named bucket, emptied and deleted after the test.
 - ``upload``: ``upload(kind="tfrecord", sizes=[...], seed=0, prefix="data/") -> Dataset`` puts a
-  synthetic dataset (``scripts/sample_data.py``) into ``bucket``, under the prefix
+  synthetic dataset (``testkit.sample_data``) into ``bucket``, under the prefix
   ``write_config`` points at by default.
 - ``write_config``: ``write_config(directory, **overrides) -> Path`` writes a small config for
   ``bucket``; overrides are per section (``epochs={"count": 1}``) or per key
@@ -38,11 +38,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import s3server  # noqa: E402
-import sample_data  # noqa: E402
+from testkit import s3server, sample_data
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -1,6 +1,8 @@
 """A trainer process as users write it: ``ready_files()`` + ``TFRecordDataset``.
 
-    python consume.py CONFIG OUT.json [--epoch K] [--delay SECONDS] [--digest]
+    python -m tests.e2e.consume CONFIG OUT.json [--epoch K] [--delay SECONDS] [--digest]
+
+(from the repository root, as ``testkit.trainers`` starts it; ``python consume.py`` works too).
 
 Writes ``{"shards": [...], "records": [[epoch, id], ...]}`` where ``id`` is the Example's
 ``id`` feature (tfrecord datasets), its ``data`` feature (lines datasets: each line is unique)

@@ -31,18 +31,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from prefetchd import ready_files
 from prefetchd.supervise.metrics import LABELLED, METRICS
 from prefetchd.supervise.status import REQUIRED_KEYS
+from testkit.s3server import free_port
 
 pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parents[1] / "docs" / "status.md"
 KIB = 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[str, float]:

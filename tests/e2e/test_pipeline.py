@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from prefetchd.supervise.status import REQUIRED_KEYS
+from testkit.trainers import tree_bytes
 
 from .trainers import KIB, MIB, SIZES, finish, start_consumer, status_json
 
@@ -34,24 +35,11 @@ class Sampler(threading.Thread):
         self.samples = 0
         self.halt = threading.Event()
 
-    @staticmethod
-    def size(root: Path, *, only: tuple[str, ...] | None = None) -> int:
-        total = 0
-        for directory, _, files in os.walk(root):
-            if only and Path(directory).name not in only:
-                continue
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(directory, name)).st_size
-                except FileNotFoundError:
-                    continue
-        return total
-
     def run(self) -> None:
         while not self.halt.is_set():
-            self.max_ram = max(self.max_ram, self.size(self.ram))
+            self.max_ram = max(self.max_ram, tree_bytes(self.ram))
             # raw object bytes: published, claimed by writers, and downloads in flight
-            raw = self.size(self.cache, only=("ready", "claimed", ".tmp"))
+            raw = tree_bytes(self.cache, only=("ready", "claimed", ".tmp"))
             self.max_raw = max(self.max_raw, raw)
             self.samples += 1
             time.sleep(0.01)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from testkit.s3server import free_port
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
@@ -43,6 +45,7 @@ HOSTILE_KEYS = [
 
 
 def consume(config: Path, out: Path) -> dict[str, Any]:
+    # Output captured, not logged to a file: the test checks its directory for stray files.
     proc = subprocess.run(
         [sys.executable, str(HERE / "consume.py"), str(config), str(out)],
         capture_output=True,
@@ -164,7 +167,7 @@ def test_credentials_never_appear_in_logs_status_metrics_or_errors(
     upload("tfrecord", [4096, 64 * 1024, 300 * 1024], seed=4)
     # one object that is not a TFRecord: quarantined, so an error with its key is reported
     s3_client.put_object(Bucket=bucket, Key="data/broken.tfrecord", Body=b"\x07" * 2048)
-    port = _free_port()
+    port = free_port()
     config_path = write_config(
         tmp_path, epochs__count=1, log__level="debug", status__metrics_port=port
     )
@@ -239,11 +242,3 @@ def test_credentials_never_appear_in_logs_status_metrics_or_errors(
             assert secret not in text, f"{name} appears in the {where}"
             # nor a fragment long enough to matter (e.g. a token cut by a line wrap)
             assert secret[:16] not in text, f"part of {name} appears in the {where}"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

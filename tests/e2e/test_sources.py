@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sample_data
 import yaml
 import zstandard
 
-from .trainers import HERE, finish, start_consumer
+from testkit import sample_data
+from testkit.trainers import delivered
+
+from .trainers import finish, start_consumer
 
 pytestmark = pytest.mark.e2e
 
@@ -43,10 +45,6 @@ def compress(data: bytes, key: str) -> bytes:
 def put(s3: Any, bucket: str, objects: dict[str, bytes]) -> None:
     for key, body in objects.items():
         s3.put_object(Bucket=bucket, Key=key, Body=body)
-
-
-def per_epoch(results: list[dict[str, Any]], epoch: int) -> Counter[Any]:
-    return Counter(rid for r in results for e, rid in r["records"] if e == epoch)
 
 
 def jsonl_objects(count: int, seed: int) -> tuple[dict[str, bytes], list[str]]:
@@ -105,7 +103,7 @@ def test_lines_gzip_shards_through_ready_files(
     assert daemon.wait(120) == 0, daemon.output()
     assert result["shards"] and all(s.endswith(".tfrecord.gz") for s in result["shards"])
     for epoch in (0, 1):
-        assert per_epoch([result], epoch) == Counter(lines), f"epoch {epoch}"
+        assert delivered([result], epoch) == Counter(lines), f"epoch {epoch}"
 
 
 def webdataset_tar(first: int, count: int, rng: random.Random) -> tuple[bytes, list[str]]:
@@ -149,7 +147,7 @@ def test_tar_shards_one_example_per_sample_exactly_once(
     results = [finish(p, out) for p, out in zip(procs, outs, strict=True)]
     assert daemon.wait(120) == 0, daemon.output()
     for epoch in (0, 1):
-        assert per_epoch(results, epoch) == Counter(samples), f"epoch {epoch}"
+        assert delivered(results, epoch) == Counter(samples), f"epoch {epoch}"
 
 
 def test_plugin_that_raises_quarantines_only_that_object(
@@ -271,13 +269,7 @@ def test_three_hosts_from_tf_config_deliver_disjoint_shares_covering_every_epoch
         )
         daemon = run_daemon(config_path, env=env)
         out = tmp_path / f"host{index}.json"
-        with open(out.with_suffix(".log"), "wb") as log:
-            consumer = subprocess.Popen(  # the trainer on that host sees the same TF_CONFIG
-                [sys.executable, str(HERE / "consume.py"), str(config_path), str(out)],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env={**os.environ, **env},
-            )
+        consumer = start_consumer(config_path, out, env=env)  # the host's TF_CONFIG too
         hosts.append((daemon, consumer, out))
     results = []
     for daemon, consumer, out in hosts:
@@ -286,7 +278,7 @@ def test_three_hosts_from_tf_config_deliver_disjoint_shares_covering_every_epoch
 
     everything = Counter(dataset["ids"])
     for epoch in (0, 1):
-        shares = [per_epoch([r], epoch) for r in results]
+        shares = [delivered([r], epoch) for r in results]
         assert all(shares), f"epoch {epoch}: a host got nothing"
         for i in range(3):
             for j in range(i + 1, 3):

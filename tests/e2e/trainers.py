@@ -1,14 +1,21 @@
-"""Helpers for end-to-end tests: trainer processes and the daemon's status."""
+"""Helpers for end-to-end tests: trainer processes and the daemon's status.
+
+Trainer processes are ``testkit.trainers``' (the fault tests use them too)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from testkit.trainers import finish_trainer, start_trainer
+
 HERE = Path(__file__).resolve().parent
+CONSUMER = "tests.e2e.consume"
+finish = finish_trainer  # the consumer's output once it exits 0 (fails the test otherwise)
 KIB, MIB = 1024, 1024**2
 # 1 KiB to well past part_size (256 KiB), so both single and ranged GETs happen.
 SIZES = [
@@ -31,19 +38,11 @@ SIZES = [
 ]
 
 
-def start_consumer(config: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "consume.py"), str(config), str(out), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=open(out.with_suffix(".log"), "wb"),
-    )
-
-
-def finish(proc: subprocess.Popen[bytes], out: Path, timeout: float = 300) -> dict[str, Any]:
-    code = proc.wait(timeout)
-    log = out.with_suffix(".log").read_text(errors="replace")[-3000:]
-    assert code == 0, f"consumer failed ({code}):\n{log}"
-    return json.loads(out.read_text())
+def start_consumer(
+    config: Path, out: Path, *extra: str, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``consume.py`` (TensorFlow) as a trainer process (``testkit.trainers``)."""
+    return start_trainer(CONSUMER, config, out, *extra, env=env)
 
 
 def status_json(config: Path) -> tuple[int, dict[str, Any] | None]:

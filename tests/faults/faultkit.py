@@ -1,19 +1,22 @@
-"""What the fault tests share: trainer processes, status reads, and the expected records."""
+"""What the fault tests share: trainer processes, status reads, and the expected records.
+
+Trainer processes are ``testkit.trainers``' (shared with the e2e tests, as are ``delivered``
+and ``log_tail``); ``start_reader`` runs the TensorFlow-free ``reader.py``."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from sample_data import read_ids
+
+from testkit.sample_data import read_ids
+from testkit.trainers import finish_trainer, start_trainer
 
 KIB, MIB = 1024, 1024**2
 # 3 KiB to 1.5 MiB: single and ranged GETs, several shards per epoch.
@@ -24,33 +27,16 @@ SIZES = [
 
 
 HERE = Path(__file__).resolve().parent
+READER = "tests.faults.reader"
 
 
 def start_reader(config: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "reader.py"), str(config), str(out), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=open(out.with_suffix(".log"), "wb"),
-    )
+    """``reader.py`` (no TensorFlow) as a trainer process (``testkit.trainers``)."""
+    return start_trainer(READER, config, out, *extra)
 
 
 def finish_reader(proc: subprocess.Popen[bytes], out: Path, timeout: float = 240) -> dict[str, Any]:
-    try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail(f"trainer still running after {timeout:.0f} s: {log_tail(out)}")
-    assert code == 0, f"trainer failed ({code}):\n{log_tail(out)}"
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
-
-
-def log_tail(out: Path) -> str:
-    try:
-        return out.with_suffix(".log").read_text(errors="replace")[-3000:]
-    except OSError:
-        return ""
+    return finish_trainer(proc, out, timeout)
 
 
 def state_dir(config: Path) -> Path:
@@ -77,10 +63,6 @@ def wait_status(
             return last
         time.sleep(0.1)
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last status: {last}")
-
-
-def delivered(results: Iterable[dict[str, Any]], epoch: int | None = None) -> Counter[int]:
-    return Counter(rid for r in results for e, rid in r["records"] if epoch in (None, e))
 
 
 def ids_of(s3_client: Any, bucket: str, key: str, tmp: Path) -> list[int]:

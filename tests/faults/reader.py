@@ -1,9 +1,11 @@
 """A light trainer process for the fault tests: ``ready_files()`` and a CRC-checking reader,
 without TensorFlow (whose start-up would dominate these tests; the e2e tests read with TF).
 
-    python reader.py CONFIG OUT.json [--epoch K] [--delay S] [--timeout S] [--resumable]
-                     [--checkpoint FILE [--checkpoint-every N]] [--resume FILE]
-                     [--crash-after N]
+    python -m tests.faults.reader CONFIG OUT.json [--epoch K] [--delay S] [--timeout S]
+        [--resumable] [--checkpoint FILE [--checkpoint-every N]] [--resume FILE]
+        [--crash-after N]
+
+(from the repository root, so that ``testkit`` imports).
 
 Writes ``{"shards": [...], "records": [[epoch, id], ...]}``. ``--checkpoint FILE`` saves, every
 N shards, what a trainer's checkpoint holds: the records trained on so far and (with
@@ -21,13 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from sample_data import decode_example
-
 from prefetchd import ready_files
 from prefetchd.layout import parse_shard_name
 from prefetchd.tfrecord import read_records
+from testkit.sample_data import decode_example
 
 
 def main() -> int:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import delivered, finish_reader, read_status, start_reader
+from faultkit import finish_reader, read_status, start_reader
+
+from testkit.trainers import delivered
 
 pytestmark = [
     pytest.mark.e2e,

@@ -19,8 +19,10 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-from faultkit import delivered, log_tail, read_status, start_reader
+from faultkit import read_status, start_reader
 from faultproxy import FaultProxy, Rule
+
+from testkit.trainers import delivered, log_tail, tree_bytes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.soak]
 
@@ -62,17 +64,6 @@ class Sampler(threading.Thread):
                 continue
             if len(procs) >= 4:  # supervisor, downloader and both writers are up
                 self.rss.setdefault(self.epoch, []).append(total)
-
-
-def tree_bytes(root: Path) -> int:
-    total = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(directory, name)).st_size
-            except FileNotFoundError:
-                continue
-    return total
 
 
 def test_soak_three_epochs_of_faults_and_kills(

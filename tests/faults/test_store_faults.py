@@ -7,27 +7,20 @@ import hashlib
 import random
 import re
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import (
-    delivered,
-    error_keys,
-    finish_reader,
-    ids_of,
-    read_status,
-    start_reader,
-    wait_status,
-)
+from faultkit import error_keys, finish_reader, ids_of, read_status, start_reader, wait_status
 from faultproxy import FaultProxy, Rule
-from sample_data import raw_object, tfrecord_object
+
+from testkit.sample_data import raw_object, tfrecord_object
+from testkit.trainers import delivered, start_trainer
 
 pytestmark = pytest.mark.e2e
-E2E = Path(__file__).resolve().parents[1] / "e2e"
+CONSUMER = "tests.e2e.consume"  # the e2e tests' TensorFlow trainer
 CLIENTS = ["classic", "crt"]
 
 KIB, MIB = 1024, 1024**2
@@ -68,11 +61,7 @@ def log_lines(daemon: Any, word: str) -> list[str]:
 
 def start_tf_trainer(config: Path, out: Path) -> subprocess.Popen[bytes]:
     """A trainer reading with TensorFlow's TFRecordDataset; raw records as "<key> <sha256>"."""
-    return subprocess.Popen(
-        [sys.executable, str(E2E / "consume.py"), str(config), str(out), "--digest"],
-        stdout=subprocess.DEVNULL,
-        stderr=open(out.with_suffix(".log"), "wb"),
-    )
+    return start_trainer(CONSUMER, config, out, "--digest")
 
 
 def upload_multipart(

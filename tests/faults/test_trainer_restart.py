@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import SIZES, delivered, finish_reader, start_reader
+from faultkit import SIZES, finish_reader, start_reader
 
 from prefetchd.consume.ready import parse_position
+from testkit.trainers import delivered
 
 pytestmark = pytest.mark.e2e
 

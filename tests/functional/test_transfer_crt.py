@@ -13,8 +13,6 @@ import datetime
 import ipaddress
 import queue
 import random
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -35,6 +33,7 @@ from prefetchd.download.store import Fault, classify
 from prefetchd.download.transfer import make_transfer
 from prefetchd.download.verify import IntegrityError
 from prefetchd.errors import ConfigError
+from testkit import s3server
 
 pytest.importorskip("awscrt")
 
@@ -98,44 +97,10 @@ def endpoint(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @contextlib.contextmanager
 def moto_server(directory: Path, *tls: str) -> Iterator[str]:
-    """A moto server bound to 127.0.0.1 on a free port (``tls``: ``-c cert -k key``); stopped
-    by its PID on exit."""
-    port = _free_port()
-    with (directory / "moto.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port), *tls],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            _wait_for_port(port, proc)
-            yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("moto server did not start within 30 s")
+    """testkit's moto server on a free port of 127.0.0.1 (``tls``: ``-c cert -k key``), logging
+    into ``directory``; stopped by its PID on exit."""
+    with s3server.moto_server(log_path=directory / "moto.log", tls=tls) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ of the scale):
 
 Exits 0 if prefetchd (``tf.dataset``) is at least as good as tf.data on every statistic.
 
-    python scripts/shuffle_quality.py                       # defaults: see --help
-    python scripts/shuffle_quality.py --mix 8 --writers 1   # see what a knob does
+    python -m bench.shuffle_quality                       # defaults: see --help
+    python -m bench.shuffle_quality --mix 8 --writers 1   # see what a knob does
 """
 
 from __future__ import annotations
@@ -48,15 +48,11 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import s3server
-import sample_data
-
 from prefetchd import ready_files
 from prefetchd.sizes import format_size, parse_size
 from prefetchd.tfrecord import frame, read_records
 from prefetchd.write.example import encode_example
+from testkit import s3server, sample_data
 
 BUCKET = "shuffle-quality"
 WINDOW = 1000

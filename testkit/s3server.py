@@ -1,4 +1,5 @@
-"""Start and stop a local S3 endpoint (moto server) on 127.0.0.1 for the demo and the tests.
+"""Start and stop a local S3 endpoint (moto server) on 127.0.0.1 for the demo, the tests and the
+benchmark (which also runs SeaweedFS: ``testkit.seaweedfs``).
 
 moto is slow (~170 requests/s, see FACTS.md) but speaks S3 faithfully, which is what functional
 tests need. The server always binds 127.0.0.1, runs in its own session (a Ctrl-C in the
@@ -12,8 +13,8 @@ Python::
 
 Shell::
 
-    python scripts/s3server.py moto --port-file F --pid-file P [--log-file L] [--foreground]
-    python scripts/s3server.py stop --pid-file P
+    python -m testkit.s3server moto --port-file F --pid-file P [--log-file L] [--foreground]
+    python -m testkit.s3server stop --pid-file P
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -48,14 +52,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def moto_command(port: int) -> list[str]:
-    return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)]
+def moto_command(port: int, tls: Sequence[str] = ()) -> list[str]:
+    """``moto.server`` on 127.0.0.1:``port``; ``tls`` is ``("-c", cert, "-k", key)`` for HTTPS."""
+    return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port), *tls]
 
 
 def answers(url: str, timeout: float = 1.0) -> bool:
     """Whether an HTTP server answers at ``url`` (any status code counts)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout):
+        # A local test server's certificate is self-signed: any answer counts, verified or not.
+        context = ssl._create_unverified_context() if url.startswith("https:") else None
+        with urllib.request.urlopen(url, timeout=timeout, context=context):
             return True
     except urllib.error.HTTPError:
         return True
@@ -74,19 +81,24 @@ def _log_tail(path: Path | None, limit: int = 2000) -> str:
 
 
 def start_moto(
-    port: int | None = None, *, log_path: Path | None = None, timeout: float = START_TIMEOUT
+    port: int | None = None,
+    *,
+    log_path: Path | None = None,
+    timeout: float = START_TIMEOUT,
+    tls: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start a moto server and wait until it answers; return the process and its endpoint URL.
 
     With ``port=None`` a free port is picked, and picked again if another process grabbed it
-    before moto bound it. Raises ``ServerError`` if the server exits or stays silent.
+    before moto bound it. ``tls`` (``("-c", cert, "-k", key)``) serves HTTPS instead of HTTP.
+    Raises ``ServerError`` if the server exits or stays silent.
     """
     attempts = 3 if port is None else 1
     last_error: ServerError | None = None
     for _ in range(attempts):
         chosen = port if port is not None else free_port()
         try:
-            return _start_once(chosen, log_path, timeout)
+            return _start_once(chosen, log_path, timeout, tls)
         except ServerError as exc:
             last_error = exc
     assert last_error is not None
@@ -94,33 +106,42 @@ def start_moto(
 
 
 def _start_once(
-    port: int, log_path: Path | None, timeout: float
+    port: int, log_path: Path | None, timeout: float, tls: Sequence[str]
 ) -> tuple[subprocess.Popen[bytes], str]:
-    url = f"http://{HOST}:{port}"
+    url = f"{'https' if tls else 'http'}://{HOST}:{port}"
     if answers(url):
         raise ServerError(f"something already answers at {url}")
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(open(log_path, "ab")) if log_path else subprocess.DEVNULL
         proc = subprocess.Popen(
-            moto_command(port),
+            moto_command(port, tls),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    wait_answering(proc, url, "moto server", log_path, timeout)
+    return proc, url
+
+
+def wait_answering(
+    proc: subprocess.Popen[bytes], url: str, what: str, log_path: Path | None, timeout: float
+) -> None:
+    """Wait until an HTTP server answers at ``url``. Raises ``ServerError`` (with the tail of
+    ``log_path``) if ``proc`` exits first, or stops it and raises after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise ServerError(
-                f"moto server exited with code {proc.returncode} before answering at {url}"
+                f"{what} exited with code {proc.returncode} before answering at {url}"
                 + _log_tail(log_path)
             )
         if answers(url, timeout=0.5):
-            return proc, url
+            return
         time.sleep(0.1)
     stop_process(proc)
     raise ServerError(
-        f"moto server did not answer at {url} within {timeout:.0f} s" + _log_tail(log_path)
+        f"{what} did not answer at {url} within {timeout:.0f} s" + _log_tail(log_path)
     )
 
 
@@ -136,10 +157,33 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> No
     proc.wait()
 
 
+@dataclass
+class Server:
+    """A local S3 endpoint this process started; ``stop()`` ends it by PID, then removes
+    ``workdir`` (its data and log), if any."""
+
+    kind: str
+    endpoint: str
+    proc: subprocess.Popen[bytes]
+    workdir: Path | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1])
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def moto_server(port: int | None = None, *, log_path: Path | None = None) -> Iterator[str]:
-    """Run a moto server for the ``with`` block; yields its endpoint URL (``http://127.0.0.1:N``)."""
-    proc, url = start_moto(port, log_path=log_path)
+def moto_server(
+    port: int | None = None, *, log_path: Path | None = None, tls: Sequence[str] = ()
+) -> Iterator[str]:
+    """Run a moto server for the ``with`` block; yields its endpoint URL (``http://127.0.0.1:N``,
+    or ``https://`` with ``tls``)."""
+    proc, url = start_moto(port, log_path=log_path, tls=tls)
     try:
         yield url
     finally:

@@ -1,16 +1,16 @@
 """The demo's small training loop: a tiny Keras model trained on prefetchd's shards.
 
-Reads ``prefetchd.tf.dataset(config)``, parses the records written by ``sample_data.py``
+Reads ``prefetchd.tf.dataset(config)``, parses the records written by ``testkit.sample_data``
 (``id`` int64, ``payload`` bytes), turns the first 64 payload bytes into a float vector and
 trains two Dense layers to tell whether the first byte is above 127 (a rule the model can learn,
 so the loss visibly falls on random data). It reads until the data ends, so the daemon sees
 every shard consumed and can exit; after ``--max-steps`` it keeps reading without training.
 
 At the end it prints steps, records/s and MB/s delivered to the model, and how often each
-record id arrived. With ``--expect SUMMARY.json`` (from ``sample_data.py --summary-json``) it
+record id arrived. With ``--expect SUMMARY.json`` (from ``testkit.sample_data --summary-json``) it
 exits 1 unless every expected id arrived exactly ``--epochs`` times and nothing else did.
 
-    python scripts/demo_train.py --config prefetchd.yaml --expect summary.json --epochs 2
+    python -m testkit.demo_train --config prefetchd.yaml --expect summary.json --epochs 2
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epoch", type=int, default=None, help="read only this epoch")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds without a new shard")
     parser.add_argument("--log-every", type=int, default=50, help="print progress every N steps")
-    parser.add_argument("--expect", type=Path, help="sample_data.py --summary-json output")
+    parser.add_argument("--expect", type=Path, help="testkit.sample_data --summary-json output")
     parser.add_argument("--epochs", type=int, default=1, help="times each expected id must arrive")
     args = parser.parse_args(argv)
 

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import bench
-import bench_report
-import bench_store
-import bench_sweep
-import bench_trainer
-
+from bench import network, readers, report, runner, sweep
 from prefetchd.tfrecord import frame
 
 
@@ -35,7 +26,7 @@ def test_summary_takes_the_median_of_repeats_and_ignores_failed_runs() -> None:
         run("baseline", 70),
         run("baseline", 1000, error="boom"),
     ]
-    row = bench_report.summarize(runs)[("shaped", "large", "baseline")]
+    row = report.summarize(runs)[("shaped", "large", "baseline")]
     assert row["mb_s"] == 70
     assert row["runs"] == 3
 
@@ -47,8 +38,8 @@ def test_ratios_compare_prefetchd_with_ceiling_baseline_and_floor() -> None:
         run("prefetchd", 360, cpu=2.4, daemon_rss_peak_mib=150.0),
         run("floor", 900, cpu=2.0),
     ]
-    summary = bench_report.summarize(runs)
-    r = bench_report.ratios(summary)[("shaped", "large", "prefetchd")]
+    summary = report.summarize(runs)
+    r = report.ratios(summary)[("shaped", "large", "prefetchd")]
     assert r["vs_ceiling"] == 0.9
     assert r["vs_baseline"] == 4.5
     assert r["cpu_vs_floor"] == 1.2
@@ -62,8 +53,8 @@ def test_bars_name_what_was_missed() -> None:
         run("prefetchd", 360, cpu=3.0, daemon_rss_peak_mib=450.0),
         run("floor", 900, cpu=2.0),
     ]
-    summary = bench_report.summarize(runs)
-    checked = {b["bar"]: b["met"] for b in bench_report.bars(summary, bench_report.ratios(summary))}
+    summary = report.summarize(runs)
+    checked = {b["bar"]: b["met"] for b in report.bars(summary, report.ratios(summary))}
     assert checked == {
         "shaped/large/prefetchd: ÷ baseline": False,  # 2.4 < 3
         "shaped/large/prefetchd: ÷ ceiling": True,  # 0.9 >= 0.8
@@ -77,46 +68,46 @@ def test_loopback_small_objects_have_their_own_ceiling_bar() -> None:
         {**run("ceiling", 100), "network": "loopback", "dataset": "small"},
         {**run("prefetchd", 65), "network": "loopback", "dataset": "small"},
     ]
-    summary = bench_report.summarize(runs)
-    (bar,) = bench_report.bars(summary, bench_report.ratios(summary))
+    summary = report.summarize(runs)
+    (bar,) = report.bars(summary, report.ratios(summary))
     assert bar["limit"] == 0.6 and bar["met"]
 
 
 def test_table_has_one_row_per_loader_in_a_fixed_order() -> None:
     runs = [run("floor", 900, cpu=2.0), run("prefetchd", 360, cpu=2.4), run("ceiling", 400)]
-    summary = bench_report.summarize(runs)
-    text = bench_report.table(summary, bench_report.ratios(summary))
+    summary = report.summarize(runs)
+    text = report.table(summary, report.ratios(summary))
     rows = [line.split("|")[3].strip() for line in text.splitlines()[2:]]
     assert rows == ["ceiling", "prefetchd", "floor"]
     assert "0.90" in text  # prefetchd ÷ ceiling
 
 
 def test_runs_are_interleaved_and_rotated() -> None:
-    plan = bench.plan_runs(["large", "small"], ["a", "b", "c"], repeats=2, seed=0)
+    plan = runner.plan_runs(["large", "small"], ["a", "b", "c"], repeats=2, seed=0)
     assert plan[:3] == [(0, "large", "a"), (0, "large", "b"), (0, "large", "c")]
     assert [p[2] for p in plan if p[0] == 1 and p[1] == "large"] == ["b", "c", "a"]
     assert len(plan) == 2 * 2 * 3
 
 
 def test_shaping_script_caps_only_the_stores_port_one_class_per_bucket() -> None:
-    script = bench_store.shaping_batch(8333, 600)
+    script = network.shaping_batch(8333, 600)
     assert "match ip sport 8333 0xffff flowid 1:2" in script
-    assert script.count("htb rate 600mbit ceil 600mbit") == bench_store.HASH_BUCKETS
+    assert script.count("htb rate 600mbit ceil 600mbit") == network.HASH_BUCKETS
     assert "hashkey mask 0x000000ff at 20 link 9:" in script
 
 
 def test_baseline_splits_tfrecord_files_into_their_records() -> None:
     records = [b"", b"a", b"x" * 70000]
-    assert bench_trainer.split_tfrecords(b"".join(frame(r) for r in records)) == records
+    assert readers.split_tfrecords(b"".join(frame(r) for r in records)) == records
 
 
 def test_sweep_points_vary_one_knob_at_a_time() -> None:
-    pts = bench_sweep.points(quick=True)
-    assert {p[0] for p in pts} == set(bench_sweep.QUICK_KNOBS)
+    pts = sweep.points(quick=True)
+    assert {p[0] for p in pts} == set(sweep.QUICK_KNOBS)
     assert ("download.concurrency", "download__concurrency", 32) in pts
 
 
 def test_ratio_to_ceiling_uses_the_faster_of_the_two_ceilings() -> None:
     runs = [run("ceiling", 300), run("ceiling-crt", 450), run("prefetchd", 360)]
-    summary = bench_report.summarize(runs)
-    assert bench_report.ratios(summary)[("shaped", "large", "prefetchd")]["vs_ceiling"] == 0.8
+    summary = report.summarize(runs)
+    assert report.ratios(summary)[("shaped", "large", "prefetchd")]["vs_ceiling"] == 0.8

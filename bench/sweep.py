@@ -1,4 +1,4 @@
-"""``scripts/bench.py --sweep``: prefetchd's knobs one at a time, for docs/tuning.md.
+"""``python -m bench --sweep``: prefetchd's knobs one at a time, for docs/tuning.md.
 
 Around the bench's base config (concurrency 32, part_size 8 MiB, writers 2, shard_size 32 MiB,
 mix 8, ram_budget 1 GiB, trainer cycle_length 4), each knob takes each of its values while the
@@ -92,7 +92,7 @@ def medians(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[st
     """(knob, value, dataset) -> median of each metric over repeats (pure)."""
     import statistics
 
-    from bench_report import steady_mb_s
+    from bench.report import steady_mb_s
 
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in results:

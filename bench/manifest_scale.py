@@ -12,7 +12,7 @@ memory of the whole process tree (supervisor, downloader, writers) every 0.1 s. 
 - peak RSS of the downloader alone, which holds the listing;
 - a baseline run with ``--baseline-keys`` keys, so the listing's own cost is the difference.
 
-    python scripts/manifest_scale.py --keys 1000000 --run-seconds 20
+    python -m bench.manifest_scale --keys 1000000 --run-seconds 20
 """
 
 from __future__ import annotations
@@ -32,10 +32,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import s3server
-import sample_data
+from testkit import s3server, sample_data
 
 BUCKET = "manifest-scale"
 REAL_OBJECTS = 50

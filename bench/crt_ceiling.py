@@ -1,6 +1,7 @@
 """The second ceiling: ``awscrt.s3.S3Client`` downloading every object straight to files on tmpfs.
 
-    bench_crt_ceiling.py ENDPOINT BUCKET PREFIX TARGET_DIR [--connections N] [--part-size MiB]
+    python -m bench.crt_ceiling ENDPOINT BUCKET PREFIX TARGET_DIR
+        [--connections N] [--part-size MiB]
 
 The CRT runs HTTP, signing and file writes on its own native threads (``recv_filepath``), so
 no Python touches the bytes. All objects are requested at once; the client's connection limit

@@ -1,8 +1,8 @@
 """The benchmark's pure part: medians of interleaved runs, ratios, the issue's bars, the table.
 
 A run is a dict with at least ``network``, ``dataset``, ``loader`` and the metrics below; the
-harness (``scripts/bench.py``) produces them, this module only computes. Nothing here measures
-or imports TensorFlow, so the arithmetic is unit-tested (``tests/unit/test_bench_report.py``).
+harness (``bench.runner``) produces them, this module only computes. Nothing here measures
+or imports TensorFlow, so the arithmetic is unit-tested (``tests/unit/bench/``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-LOADERS = ("ceiling", "ceiling-crt", "baseline", "s3fs", "prefetchd", "prefetchd-crt", "floor")
-CEILINGS = ("ceiling", "ceiling-crt")  # s5cmd and awscrt: the ratio uses the faster one
-PREFETCHD = ("prefetchd", "prefetchd-crt")
+from bench.contenders import CEILINGS, LOADERS, PREFETCHD
+from bench.datasets import NAMES as DATASETS
+
 METRICS = (
     "mb_s",
     "steady_mb_s",
@@ -199,7 +199,7 @@ def plot(summary: dict[Key, dict[str, Any]], path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     networks = sorted({k[0] for k in summary})
-    datasets = [d for d in ("large", "medium", "small") if any(k[1] == d for k in summary)]
+    datasets = [d for d in DATASETS if any(k[1] == d for k in summary)]
     fig, axes = plt.subplots(2, len(networks), figsize=(6.5 * len(networks), 7.5), squeeze=False)
     width = 0.8 / len(LOADERS)
     for col, network in enumerate(networks):

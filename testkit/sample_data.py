@@ -13,7 +13,7 @@ log-uniformly between the minimum and maximum, so small and large objects are bo
 
 Command line (creates the bucket if missing)::
 
-    python scripts/sample_data.py --endpoint http://127.0.0.1:PORT --bucket B --prefix train/ \
+    python -m testkit.sample_data --endpoint http://127.0.0.1:PORT --bucket B --prefix train/ \
         --kind tfrecord --objects 64 --min-size 1KiB --max-size 4MiB --seed 0
 """
 

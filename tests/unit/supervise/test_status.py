@@ -23,7 +23,7 @@ from prefetchd.supervise.status import (
     render_table,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "status"
+DATA = Path(__file__).resolve().parents[2] / "data" / "status"
 UPDATE = os.environ.get("PREFETCHD_UPDATE_GOLDEN") == "1"  # rewrite the expected tables
 
 

@@ -1,0 +1,7 @@
+"""``python -m bench`` (from the repository root): the benchmark; see ``bench/__init__.py``."""
+
+import sys
+
+from bench.cli import main
+
+sys.exit(main())
