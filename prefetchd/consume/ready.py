@@ -317,7 +317,7 @@ class ConsumerStats:
     in progress.
     """
 
-    RECORD_SIZE = RECORD_SIZE
+    RECORD_SIZE = RECORD_SIZE  # the report's fixed size, as callers of ConsumerStats know it
 
     def __init__(self, pid: int) -> None:
         self.pid = pid

@@ -75,7 +75,6 @@ class Child:
     quick_crashes: int = 0
     started_at: float = 0.0
     next_start: float = 0.0
-    # The last report as written (a ChildReport JSON object; ``ChildReport.from_json`` reads it).
     last_report: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -540,6 +539,8 @@ class Supervisor:
 
 
 def _report(child: Child) -> ChildReport:
+    """The child's last report, typed. (``Child.last_report`` keeps the JSON object as the
+    child wrote it, for the lifecycle code that reads it directly.)"""
     return ChildReport.from_json(child.last_report)
 
 
