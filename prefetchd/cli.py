@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from prefetchd import __version__
 from prefetchd.config import Config, load_config
@@ -14,6 +14,7 @@ from prefetchd.errors import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE
 from prefetchd.layout import Layout
 from prefetchd.logs import redact, setup_logging
 from prefetchd.supervise.status import is_running, read_status, render_table
+from prefetchd.supervise.status_record import StatusRecord
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,7 +79,7 @@ def _status(config: Config, *, as_json: bool, watch: bool) -> int:
             if not running:
                 if status is not None and not watch:
                     print(text)
-                last = f" (last state: {status.get('state')})" if status else ""
+                last = f" (last state: {status.state})" if status else ""
                 print(f"prefetchd: not running for {config.path}{last}", file=sys.stderr)
                 return EXIT_NOT_RUNNING
             if not watch:
@@ -98,12 +99,13 @@ def _status(config: Config, *, as_json: bool, watch: bool) -> int:
 HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 
 
-def _render(status: dict[str, Any], *, as_json: bool, compact: bool) -> str:
+def _render(status: StatusRecord, *, as_json: bool, compact: bool) -> str:
     if not as_json:
         return render_table(status)
+    record = status.to_json()  # keys this version does not know are printed as written
     if compact:  # --watch --json: one record per line (JSON Lines), for programs that follow
-        return json.dumps(status, sort_keys=True)
-    return json.dumps(status, indent=2, sort_keys=True)
+        return json.dumps(record, sort_keys=True)
+    return json.dumps(record, indent=2, sort_keys=True)
 
 
 def watch_frame(text: str, *, tty: bool) -> str:

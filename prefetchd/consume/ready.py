@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from prefetchd.config import Config, load_config
+from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
 from prefetchd.errors import DaemonFailed
 from prefetchd.inotify import IN_CLOSE, IN_MOVED_TO, IN_OPEN, Event, Watch
 from prefetchd.layout import (
@@ -39,6 +40,7 @@ from prefetchd.layout import (
     parse_shard_name,
 )
 from prefetchd.supervise.states import DaemonState
+from prefetchd.supervise.status_record import StatusRecord
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +286,9 @@ class _DaemonHealth:
 
     def check(self) -> None:
         try:
-            status = json.loads(self.layout.status_file.read_text(encoding="utf-8"))
+            status = StatusRecord.from_json(
+                json.loads(self.layout.status_file.read_text(encoding="utf-8"))
+            )
         except (OSError, ValueError):
             status = None
         if status is None:
@@ -294,9 +298,9 @@ class _DaemonHealth:
                     f"(no status after {self.grace:g} s)"
                 )
             return
-        if status.get("state") == DaemonState.FAILED:
-            raise DaemonFailed(f"prefetchd failed: {status.get('reason') or 'see its log'}")
-        updated = float(status.get("updated", 0))
+        if status.state == DaemonState.FAILED:
+            raise DaemonFailed(f"prefetchd failed: {status.reason or 'see its log'}")
+        updated = status.updated
         if time.time() - max(updated, self.started) > self.grace:
             raise DaemonFailed(
                 f"prefetchd has been gone for more than {self.grace:g} s "
@@ -307,13 +311,13 @@ class _DaemonHealth:
 class ConsumerStats:
     """How long one trainer process waited for shards, as read by the daemon's status.
 
-    Stored in ``consumers/<owner>.lock`` as one JSON object padded with spaces to
-    ``RECORD_SIZE`` bytes: ``{"pid", "wait_s", "waiting_since", "shards"}``. ``wait_s`` counts
-    finished waits; ``waiting_since`` (epoch seconds) is set while at least one of the process's
-    ``ready_files()`` iterators is waiting, so a reader adds the wait still in progress.
+    Stored in ``consumers/<owner>.lock`` as a ``ConsumerReport`` (``consume/report.py``).
+    ``wait_s`` counts finished waits; ``waiting_since`` (epoch seconds) is set while at least
+    one of the process's ``ready_files()`` iterators is waiting, so a reader adds the wait still
+    in progress.
     """
 
-    RECORD_SIZE = 256
+    RECORD_SIZE = RECORD_SIZE  # the report's fixed size, as callers of ConsumerStats know it
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -334,13 +338,8 @@ class ConsumerStats:
             self.waiting_since = None
 
     def encode(self) -> bytes:
-        record = {
-            "pid": self.pid,
-            "wait_s": round(self.wait_s, 3),
-            "waiting_since": self.waiting_since,
-            "shards": self.shards,
-        }
-        return json.dumps(record).encode().ljust(self.RECORD_SIZE)
+        report = ConsumerReport(self.pid, round(self.wait_s, 3), self.waiting_since, self.shards)
+        return report.encode()
 
 
 class ShardReleaser:

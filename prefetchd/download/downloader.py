@@ -51,6 +51,7 @@ from prefetchd.layout import (
     write_atomic,
 )
 from prefetchd.supervise.child import ChildContext
+from prefetchd.supervise.child_report import Activity, DownloaderCounters
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,7 @@ class Downloader:
         self.unverified_reasons: set[str] = set()  # logged once each
         self.paused_until = 0.0
         self.pause_reason: str | None = None
-        self.counters = ctx.counters
-        self.counters.update(
+        self.counters = ctx.counters = DownloaderCounters(
             objects_downloaded=0,
             bytes_downloaded=0,
             retries=0,
@@ -106,7 +106,8 @@ class Downloader:
             epoch_bytes_done=0,
             window_bytes=0,
             window_limit=self.window.limit,
-            activity="listing",
+            activity=Activity.LISTING,
+            activity_detail=None,
         )
 
     # --- boot ---------------------------------------------------------------------------------
@@ -230,11 +231,13 @@ class Downloader:
             self.epochs[epoch] = progress
             done_bytes = self._mark_logged(epoch, order, progress)
             self.counters.update(
-                epoch=epoch,
-                epoch_objects=len(order),
-                epoch_objects_done=progress.done,
-                epoch_bytes=self.share.total_size(),
-                epoch_bytes_done=done_bytes,
+                {
+                    "epoch": epoch,
+                    "epoch_objects": len(order),
+                    "epoch_objects_done": progress.done,
+                    "epoch_bytes": self.share.total_size(),
+                    "epoch_bytes_done": done_bytes,
+                }
             )
             for seq, row in enumerate(order):
                 if progress.finished[seq]:
@@ -293,25 +296,26 @@ class Downloader:
                 exhausted = current is None
             if current is None:
                 if exhausted and not self.active and not self.retry_queue:
-                    self.counters["activity"] = "finished"
+                    self.counters["activity"] = Activity.FINISHED
                     self._report()
                     self._apply_deletions(timeout=0.2)
                     continue
                 self._wait(0.05)
                 continue
             if now < self.paused_until:
-                self.counters["activity"] = f"paused: {self.pause_reason}"
+                self.counters["activity"] = Activity.PAUSED
+                self.counters["activity_detail"] = self.pause_reason
                 self._wait(0.1)
                 continue
             if current.fd < 0 and current.next_part == 0:
                 if not self.window.fits(current.obj.size):
-                    self.counters["activity"] = "waiting for the window (writers are behind)"
+                    self.counters["activity"] = Activity.WAITING_FOR_WINDOW
                     self._wait(0.05)
                     continue
                 self.window.reserve(current.name, current.obj.size)
                 self.transfer.prepare(current)
                 self.active[current.name] = current
-            self.counters["activity"] = "downloading"
+            self.counters["activity"] = Activity.DOWNLOADING
             if self.transfer.submit_parts(current, timeout=0.05):
                 current = None
             self._report()

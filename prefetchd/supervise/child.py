@@ -2,6 +2,7 @@
 
 A child reports by rewriting ``state_dir/children/<name>.json`` (atomically) from its main
 loop about twice a second; the file's ``heartbeat`` tells the supervisor the loop is alive.
+The report's format and its rule for other versions are ``child_report.py``.
 Signal handlers only set a flag; the loops look at it at least every half second.
 """
 
@@ -16,13 +17,13 @@ import sys
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from prefetchd.config import Config
 from prefetchd.errors import PrefetchdError
 from prefetchd.layout import Layout, write_atomic
 from prefetchd.logs import redact, setup_logging
+from prefetchd.supervise.child_report import ErrorEntry, report_json
 from prefetchd.supervise.states import CHILD_BOOT_FAILURE
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,9 @@ class ChildContext:
         self.layout = Layout.of(config)
         self.stopping = False
         self.ready = False
-        self.counters: dict[str, Any] = {}
-        self.last_errors: deque[dict[str, Any]] = deque(maxlen=MAX_LAST_ERRORS)
+        # The role's DownloaderCounters or WriterCounters, which it updates in place.
+        self.counters: Mapping[str, object] = {}
+        self.last_errors: deque[ErrorEntry] = deque(maxlen=MAX_LAST_ERRORS)
         self._parent = os.getppid()
         self._last_report = 0.0
         self._path = self.layout.children / f"{name}.json"
@@ -55,22 +57,33 @@ class ChildContext:
 
     def error(self, key: str | None, message: str) -> None:
         """Record an error for status (the caller logs it once)."""
-        self.last_errors.append({"time": time.time(), "key": key, "error": redact(message)})
+        self.last_errors.append(ErrorEntry(time.time(), key, redact(message)))
 
-    def report(self, *, force: bool = False, **extra: Any) -> None:
+    def report(
+        self,
+        *,
+        force: bool = False,
+        boot_error: str | None = None,
+        fatal: str | None = None,
+        stopped: bool = False,
+    ) -> None:
+        """Publish the counters (at most every ``REPORT_INTERVAL`` unless ``force``); the
+        last report of a child that ends says how: ``boot_error``, ``fatal`` or ``stopped``."""
         now = time.monotonic()
         if not force and now - self._last_report < REPORT_INTERVAL:
             return
         self._last_report = now
-        record = {
-            "name": self.name,
-            "pid": os.getpid(),
-            "heartbeat": time.time(),
-            "ready": self.ready,
-            **self.counters,
-            **extra,
-            "last_errors": list(self.last_errors),
-        }
+        record = report_json(
+            name=self.name,
+            pid=os.getpid(),
+            heartbeat=time.time(),
+            ready=self.ready,
+            counters=self.counters,
+            last_errors=self.last_errors,
+            boot_error=boot_error,
+            fatal=fatal,
+            stopped=stopped,
+        )
         write_atomic(self._path, json.dumps(record).encode())
 
     def _on_signal(self, signum: int, frame: object) -> None:

@@ -18,9 +18,10 @@ import logging
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
+from prefetchd.supervise.child_report import ChildReport
 from prefetchd.supervise.roles import Role
 from prefetchd.supervise.states import CHILD, CHILD_BOOT_FAILURE, ChildState
 
@@ -61,7 +62,7 @@ class Child:
     quick_crashes: int = 0
     started_at: float = 0.0
     next_start: float = 0.0
-    last_report: dict[str, Any] = field(default_factory=dict)
+    last_report: ChildReport | None = None  # this process's latest report; None: none yet
 
     @property
     def name(self) -> str:
@@ -131,7 +132,11 @@ class Lifecycle:
     def mark_ready(self) -> None:
         """A starting child whose report says it is ready is running."""
         for child in self.children:
-            if child.state is ChildState.STARTING and child.last_report.get("ready"):
+            if (
+                child.state is ChildState.STARTING
+                and child.last_report is not None
+                and child.last_report.ready
+            ):
                 CHILD.move(child, ChildState.RUNNING, child.name, f"pid {child.pid}")
 
     def all_running(self) -> bool:
@@ -163,7 +168,7 @@ class Lifecycle:
         ``reap`` then restarts it like any crash."""
         wall = self.clock.wall()
         for child in self.children:
-            beat = float(child.last_report.get("heartbeat", 0) or 0)
+            beat = child.last_report.heartbeat if child.last_report is not None else 0.0
             silent = wall - beat
             if child.state is not ChildState.RUNNING or not beat or silent <= HEARTBEAT_TIMEOUT:
                 continue
@@ -194,7 +199,7 @@ class Lifecycle:
     def _start(self, child: Child) -> None:
         child.process = self._spawn(child)
         child.started_at = self.clock.monotonic()
-        child.last_report = {}
+        child.last_report = None
         if child.state is ChildState.BACKOFF:
             CHILD.move(
                 child, ChildState.STARTING, child.name, f"restart {child.restarts}, pid {child.pid}"
@@ -206,7 +211,8 @@ class Lifecycle:
         code = child.process.exitcode
         child.process.join(0)
         ended = describe_exit(code)
-        reason = child.last_report.get("boot_error") or child.last_report.get("fatal")
+        report = child.last_report
+        reason = (report.boot_error or report.fatal) if report is not None else None
         said = f" ({reason})" if reason else ""
         if child.state is ChildState.STARTING and code == CHILD_BOOT_FAILURE:
             CHILD.move(child, ChildState.FATAL, child.name, f"pid {child.pid} {ended}{said}")

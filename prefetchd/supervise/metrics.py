@@ -1,9 +1,9 @@
 """Prometheus metrics: the status record's figures as text exposition on 127.0.0.1 only.
 
 The supervisor starts ``MetricsServer`` when ``status.metrics_port`` is set. Every scrape reads
-the latest status record (rewritten about once a second), so metrics and ``status --json``
-show the same numbers. The names are interface, documented in ``docs/status.md``; ``METRICS``
-is the single list both the exposition and the docs test read.
+the latest status record (rebuilt about once a second) through the record's own encoder, so
+metrics and ``status --json`` show the same numbers. The names are interface, documented in
+``docs/status.md``; ``METRICS`` is the single list both the exposition and the docs test read.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from prefetchd.errors import RuntimeFailure
-from prefetchd.supervise.diagnosis import VERDICTS
 from prefetchd.supervise.states import DaemonState
+from prefetchd.supervise.status_record import VERDICTS, StatusRecord
 
 LISTEN_ADDRESS = "127.0.0.1"  # never another interface: the figures are for this host
 
@@ -30,7 +30,7 @@ LISTEN_ADDRESS = "127.0.0.1"  # never another interface: the figures are for thi
 class Figure:
     name: str  # without the ``_total`` a counter gets in the exposition
     kind: str  # "counter" | "gauge"
-    key: str  # the status record's key
+    key: str  # the status record's key (in ``status --json``)
     help: str
 
 
@@ -138,15 +138,16 @@ LABELLED = (
 class StatusCollector(Collector):
     """Turns the latest status record into metric families at scrape time."""
 
-    def __init__(self, latest: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, latest: Callable[[], StatusRecord | None]) -> None:
         self._latest = latest
 
     def collect(self) -> Iterator[Metric]:
         status = self._latest()
-        if not status:
+        if status is None:
             return
+        figures: dict[str, Any] = status.to_json()  # the keys METRICS names are its keys
         for fig in METRICS:
-            value = status.get(fig.key)
+            value = figures.get(fig.key)
             if value is None:
                 continue
             family = CounterMetricFamily if fig.kind == "counter" else GaugeMetricFamily
@@ -154,13 +155,13 @@ class StatusCollector(Collector):
         yield from self._labelled(status)
 
     @staticmethod
-    def _labelled(status: dict[str, Any]) -> Iterator[Metric]:
+    def _labelled(status: StatusRecord) -> Iterator[Metric]:
         state = GaugeMetricFamily("prefetchd_state", LABELLED[0][2], labels=["state"])
         for daemon_state in DaemonState:
-            current = status.get("state") == daemon_state
+            current = status.state == daemon_state
             state.add_metric([str(daemon_state)], 1.0 if current else 0.0)
         yield state
-        verdict = (status.get("bottleneck") or {}).get("verdict")
+        verdict = status.bottleneck.verdict if status.bottleneck else None
         bottleneck = GaugeMetricFamily("prefetchd_bottleneck", LABELLED[1][2], labels=["verdict"])
         for name in VERDICTS:
             bottleneck.add_metric([name], 1.0 if verdict == name else 0.0)
@@ -168,10 +169,10 @@ class StatusCollector(Collector):
         up = GaugeMetricFamily("prefetchd_child_up", LABELLED[2][2], labels=["child"])
         healthy = GaugeMetricFamily("prefetchd_child_healthy", LABELLED[3][2], labels=["child"])
         restarts = CounterMetricFamily("prefetchd_child_restarts", LABELLED[4][2], labels=["child"])
-        for child, info in sorted((status.get("children") or {}).items()):
-            up.add_metric([child], 1.0 if info.get("alive") else 0.0)
-            healthy.add_metric([child], 1.0 if info.get("healthy") else 0.0)
-            restarts.add_metric([child], float(info.get("restarts", 0)))
+        for child, info in sorted(status.children.items()):
+            up.add_metric([child], 1.0 if info.alive else 0.0)
+            healthy.add_metric([child], 1.0 if info.healthy else 0.0)
+            restarts.add_metric([child], float(info.restarts))
         yield from (up, healthy, restarts)
 
 
@@ -183,7 +184,7 @@ class MetricsServer:
         self._thread = thread
 
     @classmethod
-    def start(cls, port: int, latest: Callable[[], dict[str, Any]]) -> MetricsServer:
+    def start(cls, port: int, latest: Callable[[], StatusRecord | None]) -> MetricsServer:
         """Raises ``RuntimeFailure`` naming the port when it cannot listen."""
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StatusCollector(latest))

@@ -1,7 +1,9 @@
-"""The status record: how the supervisor builds it and how people and programs read it.
+"""The status record: how the supervisor keeps its books and how people and programs read it.
 
 ``status.json`` in ``status.state_dir`` is rewritten atomically about once a second by the
-supervisor. Its keys are interface (DESIGN.md "status --json"); the table is for people.
+supervisor. Its format is ``status_record.py`` (keys are interface: DESIGN.md "status --json");
+the table is for people. Also here: reading the children's reports and the trainers' wait
+figures, the formats of which are ``child_report.py`` and ``consume/report.py``.
 """
 
 from __future__ import annotations
@@ -10,16 +12,19 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
+from prefetchd.consume.report import ConsumerReport
 from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import Layout
 from prefetchd.sizes import format_size
+from prefetchd.supervise.child_report import ChildReport, Counts
 from prefetchd.supervise.states import DaemonState
+from prefetchd.supervise.status_record import StatusRecord
 
 RATE_WINDOW = 10.0  # seconds of history behind the rates
 HEARTBEAT_STALE = 15.0  # a status older than this means the daemon is not running
@@ -41,41 +46,23 @@ REQUIRED_KEYS = (
     "children",
 )
 
-_SUMMED = (
-    "objects_downloaded",
-    "bytes_downloaded",
-    "objects_skipped",
-    "integrity_failures",
-    "objects_unverified",
-    "verify_requests",
-    "records_written",
-    "shards_written",
-    "bytes_written",
-    "objects_consumed",
-    "retries",
-    "errors",
-)
-
 
 @dataclass
 class Totals:
     """Counters summed over children, carried across child restarts."""
 
-    carried: dict[str, dict[str, float]] = field(default_factory=dict)  # from dead instances
+    carried: dict[str, Counts] = field(default_factory=dict)  # from dead instances
 
-    def add_dead(self, name: str, last: dict[str, Any]) -> None:
-        base = self.carried.setdefault(name, {})
-        for key in _SUMMED:
-            base[key] = base.get(key, 0) + float(last.get(key, 0) or 0)
+    def add_dead(self, name: str, last: ChildReport) -> None:
+        """Carry the counts of ``last``, the final report of a child that died."""
+        self.carried[name] = self.carried.get(name, Counts()) + last.counts
 
-    def sum(self, reports: dict[str, dict[str, Any]]) -> dict[str, int]:
-        totals: dict[str, float] = dict.fromkeys(_SUMMED, 0)
+    def sum(self, reports: Mapping[str, ChildReport]) -> Counts:
+        total = Counts()
         for name in set(reports) | set(self.carried):
-            live = reports.get(name, {})
-            base = self.carried.get(name, {})
-            for key in _SUMMED:
-                totals[key] += float(live.get(key, 0) or 0) + base.get(key, 0)
-        return {k: int(v) for k, v in totals.items()}
+            live = reports[name].counts if name in reports else Counts()
+            total = total + live + self.carried.get(name, Counts())
+        return total
 
 
 @dataclass
@@ -126,15 +113,14 @@ class ConsumerWaits:
     last: dict[str, float] = field(default_factory=dict)
     carried: float = 0.0
 
-    def update(self, reports: dict[str, dict[str, Any]], now: float) -> tuple[float, int, int]:
+    def update(self, reports: Mapping[str, ConsumerReport], now: float) -> tuple[float, int, int]:
         """``(total wait seconds, trainers alive, trainers waiting now)``."""
         current: dict[str, float] = {}
         waiting = 0
         for owner, report in reports.items():
-            wait = float(report.get("wait_s", 0) or 0)
-            since = report.get("waiting_since")
-            if since is not None:
-                wait += max(0.0, now - float(since))
+            wait = report.wait_s
+            if report.waiting_since is not None:
+                wait += max(0.0, now - report.waiting_since)
                 waiting += 1
             current[owner] = max(wait, self.last.get(owner, 0.0))
         for owner, wait in self.last.items():
@@ -144,9 +130,9 @@ class ConsumerWaits:
         return self.carried + sum(current.values()), len(current), waiting
 
 
-def read_consumers(layout: Layout) -> dict[str, dict[str, Any]]:
+def read_consumers(layout: Layout) -> dict[str, ConsumerReport]:
     """The wait figures each live trainer process keeps in ``consumers/<owner>.lock``."""
-    reports: dict[str, dict[str, Any]] = {}
+    reports: dict[str, ConsumerReport] = {}
     try:
         entries = list(os.scandir(layout.ram_consumers))
     except FileNotFoundError:
@@ -162,11 +148,8 @@ def read_consumers(layout: Layout) -> dict[str, dict[str, Any]]:
             raw = os.pread(fd, 4096, 0)
         finally:
             os.close(fd)
-        try:
-            report = json.loads(raw.decode("utf-8").strip() or "{}")
-        except ValueError:
-            continue
-        if isinstance(report, dict):
+        report = ConsumerReport.decode(raw)
+        if report is not None:
             reports[entry.name.removesuffix(".lock")] = report
     return reports
 
@@ -180,12 +163,12 @@ def eta_seconds(remaining_bytes: float, rate: float) -> float | None:
     return round(remaining_bytes / rate, 1)
 
 
-def read_status(layout: Layout) -> dict[str, Any] | None:
+def read_status(layout: Layout) -> StatusRecord | None:
     """The last status record, or None if there is none. Raises ``RuntimeFailure`` when it
     cannot be read (the state directory is private to the daemon's user): that is not "not
     running"."""
     try:
-        data: dict[str, Any] = json.loads(layout.status_file.read_text(encoding="utf-8"))
+        data = json.loads(layout.status_file.read_text(encoding="utf-8"))
     except PermissionError:
         raise RuntimeFailure(
             f"cannot read {layout.status_file}: permission denied "
@@ -193,25 +176,29 @@ def read_status(layout: Layout) -> dict[str, Any] | None:
         ) from None
     except (OSError, ValueError):
         return None
-    return data
+    return StatusRecord.from_json(data)
 
 
-def is_running(status: dict[str, Any] | None) -> bool:
+def is_running(status: StatusRecord | None) -> bool:
     """Whether the status belongs to a live daemon: its pid runs and it was updated lately."""
-    if not status or status.get("state") in (DaemonState.DONE, DaemonState.FAILED):
+    if status is None or status.state in (DaemonState.DONE, DaemonState.FAILED):
         return False
-    pid = int(status.get("pid", 0) or 0)
-    fresh = time.time() - float(status.get("updated", 0)) < HEARTBEAT_STALE
+    pid = status.pid
+    fresh = time.time() - status.updated < HEARTBEAT_STALE
     return fresh and pid > 0 and psutil.pid_exists(pid) and pid != os.getpid()
 
 
 def read_children(layout: Layout) -> dict[str, dict[str, Any]]:
+    """Each child's last report as written (a JSON object, decoded by
+    ``ChildReport.from_json``), by child name; unreadable or torn files are left out."""
     reports: dict[str, dict[str, Any]] = {}
     for path in layout.children.glob("*.json"):
         try:
-            reports[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+            report = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
+        if isinstance(report, dict):
+            reports[path.stem] = report
     return reports
 
 
@@ -221,9 +208,9 @@ BAR_WIDTH = 20
 MAX_TEXT = 100  # longest key or message shown in the table (the JSON has them whole)
 
 
-def _integrity(get: Callable[..., Any]) -> str:
+def _integrity(counts: Counts) -> str:
     """Verification figures for the table, shown only when there is something to see."""
-    failed, unverified = get("integrity_failures", 0), get("objects_unverified", 0)
+    failed, unverified = counts.integrity_failures, counts.objects_unverified
     text = f", {failed} fetches failed verification" if failed else ""
     return text + (f", {unverified} objects checked for size only" if unverified else "")
 
@@ -258,80 +245,113 @@ def _pct(x: float) -> str:
     return f"{x * 100:.0f}%"
 
 
-def render_table(status: dict[str, Any]) -> str:
+def render_table(status: StatusRecord) -> str:
     """A readable summary of a status record: is the trainer waiting on data, and why?
 
     Depends only on the record (and the local time zone for error times), so a recorded
     status always renders the same table.
     """
-    get = status.get
-    epochs = get("epochs_total")
-    epoch_text = f"{get('epoch')} of {epochs}" if epochs else f"{get('epoch')} (endless)"
+    return "\n".join(
+        [
+            *_header(status),
+            "",
+            *_throughput(status),
+            "",
+            *_budgets(status),
+            "",
+            *_epochs(status),
+            "",
+            *_children(status),
+            *_errors(status),
+        ]
+    )
+
+
+def _header(status: StatusRecord) -> list[str]:
     lines = [
-        f"prefetchd {get('state', '?')}"
-        + (f": {_safe(get('reason'), 300)}" if get("reason") else "")
-        + f"   pid {get('pid', '-')}, up {_duration(get('uptime_s'))}",
-        f"  config        {_safe(get('config', '?'), 300)}",
+        f"prefetchd {status.state}"
+        + (f": {_safe(status.reason, 300)}" if status.reason else "")
+        + f"   pid {status.pid or '-'}, up {_duration(status.uptime_s)}",
+        f"  config        {_safe(status.config or '?', 300)}",
     ]
-    bottleneck = get("bottleneck") or {}
-    if bottleneck:
-        lines.append(f"  bottleneck    {bottleneck.get('verdict')}: {bottleneck.get('summary')}")
-        lines += [f"                - {_safe(e)}" for e in bottleneck.get("evidence", [])]
-    lines += [
-        "",
+    verdict = status.bottleneck
+    if verdict is not None:
+        lines.append(f"  bottleneck    {verdict.verdict}: {verdict.summary}")
+        lines += [f"                - {_safe(e)}" for e in verdict.evidence]
+    return lines
+
+
+def _throughput(s: StatusRecord) -> list[str]:
+    counts = s.counts
+    return [
         "  throughput    last 10 s       since start",
-        f"    download    {get('download_bytes_per_s', 0) / 1e6:8.1f} MB/s  "
-        f"{get('download_bytes_per_s_avg', 0) / 1e6:8.1f} MB/s   "
-        f"{get('objects_downloaded', 0)} objects, {format_size(get('bytes_downloaded', 0))}",
-        f"    write       {get('write_records_per_s', 0):8.0f} rec/s "
-        f"{get('write_records_per_s_avg', 0):8.0f} rec/s    "
-        f"{get('records_written', 0)} records, {get('shards_written', 0)} shards",
-        f"    trainers    waiting {_pct(get('consumer_wait_ratio', 0))} of the last 10 s, "
-        f"{_duration(get('consumer_wait_s', 0))} in all; "
-        f"{get('consumers', 0)} reading, {get('consumers_waiting', 0)} waiting now",
-        f"    writers     blocked on RAM {_pct(get('writer_ram_wait_ratio', 0))} of the last "
-        f"10 s, {_duration(get('writer_ram_wait_s', 0))} in all (summed over writers)",
-        "",
-        f"  window        {_bar(get('window_bytes', 0), get('window_limit', 0))}"
-        f"  {format_size(get('window_bytes', 0))} of {format_size(get('window_limit', 0))}",
-        f"  RAM disk      {_bar(get('ram_bytes', 0), get('ram_budget', 0))}"
-        f"  {format_size(get('ram_bytes', 0))} of {format_size(get('ram_budget', 0))}",
-        f"  shards        {get('shards_ready', 0)} ready, {get('shards_claimed', 0)} being read",
-        "",
+        f"    download    {s.download_bytes_per_s / 1e6:8.1f} MB/s  "
+        f"{s.download_bytes_per_s_avg / 1e6:8.1f} MB/s   "
+        f"{counts.objects_downloaded} objects, {format_size(counts.bytes_downloaded)}",
+        f"    write       {s.write_records_per_s:8.0f} rec/s "
+        f"{s.write_records_per_s_avg:8.0f} rec/s    "
+        f"{counts.records_written} records, {counts.shards_written} shards",
+        f"    trainers    waiting {_pct(s.consumer_wait_ratio)} of the last 10 s, "
+        f"{_duration(s.consumer_wait_s)} in all; "
+        f"{s.consumers} reading, {s.consumers_waiting} waiting now",
+        f"    writers     blocked on RAM {_pct(s.writer_ram_wait_ratio)} of the last "
+        f"10 s, {_duration(s.writer_ram_wait_s)} in all (summed over writers)",
+    ]
+
+
+def _budgets(s: StatusRecord) -> list[str]:
+    return [
+        f"  window        {_bar(s.window_bytes, s.window_limit)}"
+        f"  {format_size(s.window_bytes)} of {format_size(s.window_limit)}",
+        f"  RAM disk      {_bar(s.ram_bytes, s.ram_budget)}"
+        f"  {format_size(s.ram_bytes)} of {format_size(s.ram_budget)}",
+        f"  shards        {s.shards_ready} ready, {s.shards_claimed} being read",
+    ]
+
+
+def _epochs(s: StatusRecord) -> list[str]:
+    total = s.epochs_total
+    epoch_text = f"{s.epoch} of {total}" if total else f"{s.epoch} (endless)"
+    lines = [
         f"  epoch         {epoch_text}"
-        + (f", whole job ETA {_duration(get('job_eta_s'))}" if epochs else ""),
+        + (f", whole job ETA {_duration(s.job_eta_s)}" if total else "")
     ]
-    for ep in get("epochs") or []:
-        done, total = ep.get("bytes_done", 0), ep.get("bytes", 0)
-        eta = f"ETA {_duration(ep.get('eta_s'))}" if ep.get("state") == "downloading" else ""
+    for ep in s.epochs:
+        eta = f"ETA {_duration(ep.eta_s)}" if ep.state == "downloading" else ""
         lines.append(
-            f"    epoch {ep.get('epoch'):<5} {_bar(done, total)}  "
-            f"{ep.get('objects_done', 0)}/{ep.get('objects', 0)} objects  "
-            f"{ep.get('state')} {eta}".rstrip()
+            f"    epoch {ep.epoch:<5} {_bar(ep.bytes_done, ep.bytes)}  "
+            f"{ep.objects_done}/{ep.objects} objects  "
+            f"{ep.state} {eta}".rstrip()
         )
-    lines += [
-        f"  retries       {get('retries', 0)}, errors {get('errors', 0)}{_integrity(get)}",
-        "",
-        "  children      state     health      pid       restarts  activity",
-    ]
-    for name, child in sorted((get("children") or {}).items()):
-        if not child.get("alive"):
+    counts = s.counts
+    lines.append(f"  retries       {counts.retries}, errors {counts.errors}{_integrity(counts)}")
+    return lines
+
+
+def _children(s: StatusRecord) -> list[str]:
+    lines = ["  children      state     health      pid       restarts  activity"]
+    for name, child in sorted(s.children.items()):
+        if not child.alive:
             health = "dead"
-        elif child.get("healthy"):
+        elif child.healthy:
             health = "ok"
         else:
-            age = child.get("heartbeat_age_s")
+            age = child.heartbeat_age_s
             health = "silent" if age is None else f"silent {_duration(age)}"
         lines.append(
-            f"    {name:<12}{child.get('state', ''):<10}{health:<12}"
-            f"{child.get('pid') or '-'!s:<10}{child.get('restarts', 0):<10}"
-            f"{_safe(child.get('activity') or '-', 60)}"
+            f"    {name:<12}{child.state:<10}{health:<12}"
+            f"{child.pid or '-'!s:<10}{child.restarts:<10}"
+            f"{_safe(child.activity or '-', 60)}"
         )
-    errors = get("last_errors") or []
-    if errors:
-        lines += ["", "  last errors"]
-        for err in errors[-5:]:
-            when = time.strftime("%H:%M:%S", time.localtime(err.get("time", 0)))
-            lines.append(f"    {when} {_safe(err.get('key') or '-')}")
-            lines.append(f"             {_safe(err.get('error'))}")
-    return "\n".join(lines)
+    return lines
+
+
+def _errors(s: StatusRecord) -> list[str]:
+    if not s.last_errors:
+        return []
+    lines = ["", "  last errors"]
+    for err in s.last_errors[-5:]:
+        when = time.strftime("%H:%M:%S", time.localtime(err.time))
+        lines.append(f"    {when} {_safe(err.key or '-')}")
+        lines.append(f"             {_safe(err.error)}")
+    return lines

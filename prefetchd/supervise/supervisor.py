@@ -17,6 +17,7 @@ import shutil
 import signal
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from prefetchd.layout import (
 )
 from prefetchd.logs import redact
 from prefetchd.supervise.child import child_main
+from prefetchd.supervise.child_report import ChildReport
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
 from prefetchd.supervise.roles import ROLES
@@ -46,6 +48,7 @@ from prefetchd.supervise.status import (
     read_children,
     read_consumers,
 )
+from prefetchd.supervise.status_record import ChildStatus, EpochStatus, StatusRecord
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ class Supervisor:
         self.series = Series()  # wait times, for the 10 s ratios
         self.waits = ConsumerWaits()
         self.metrics: Any = None  # the metrics HTTP server, when status.metrics_port is set
-        self.last_snapshot: dict[str, Any] = {}
+        self.last_snapshot: StatusRecord | None = None
         self._last_notice = ""
         self.next_epoch = 0  # lowest epoch not yet complete
         self.started = time.time()
@@ -221,8 +224,9 @@ class Supervisor:
     def _collect_reports(self) -> None:
         reports = read_children(self.layout)
         for child in self.children:
-            report = reports.get(child.name)
-            if report and report.get("pid") == child.pid:
+            raw = reports.get(child.name)
+            report = ChildReport.from_json(raw) if raw else None
+            if report is not None and report.pid == child.pid:
                 child.last_report = report
 
     def _reap_and_restart(self) -> None:
@@ -230,7 +234,8 @@ class Supervisor:
         if self.signals:
             return  # a stop signal just arrived (perhaps to the whole group): drain, no restart
         for gone in self.lifecycle.reap():
-            self.totals.add_dead(gone.child.name, gone.child.last_report)
+            if gone.child.last_report is not None:
+                self.totals.add_dead(gone.child.name, gone.child.last_report)
             if gone.failure is not None and self.state is not DaemonState.FAILED:
                 self._fail(gone.failure)  # the first child to fail gives the daemon's reason
         self.lifecycle.restart_due()
@@ -323,7 +328,7 @@ class Supervisor:
             return
         self._last_status = now
         snapshot = self.snapshot(now)
-        write_atomic(self.layout.status_file, json.dumps(snapshot).encode())
+        write_atomic(self.layout.status_file, json.dumps(snapshot.to_json()).encode())
         self.last_snapshot = snapshot
         self._notify_status(snapshot)
 
@@ -334,139 +339,134 @@ class Supervisor:
             return all(c.alive for c in self.children)
         if self.state is not DaemonState.RUNNING:
             return False
-        return all(_child_healthy(c, time.time()) for c in self.children)
+        now = time.time()
+        return all(_child_healthy(c, c.last_report or ChildReport(), now) for c in self.children)
 
-    def _notify_status(self, snapshot: dict[str, Any]) -> None:
+    def _notify_status(self, snapshot: StatusRecord) -> None:
         """One line for ``systemctl status`` (STATUS=), sent when it changes."""
-        verdict = snapshot["bottleneck"]["verdict"]
+        verdict = snapshot.bottleneck.verdict if snapshot.bottleneck else "unknown"
         line = (
-            f"{snapshot['state']}: epoch {snapshot['epoch']}, "
-            f"{snapshot['download_bytes_per_s'] / 1e6:.0f} MB/s, {verdict}"
+            f"{snapshot.state}: epoch {snapshot.epoch}, "
+            f"{snapshot.download_bytes_per_s / 1e6:.0f} MB/s, {verdict}"
         )
-        if snapshot.get("reason"):
-            line = f"{snapshot['state']}: {snapshot['reason']}"
+        if snapshot.reason:
+            line = f"{snapshot.state}: {snapshot.reason}"
         if line != self._last_notice:
             notify(f"STATUS={line}")
             self._last_notice = line
 
-    def snapshot(self, now: float) -> dict[str, Any]:
+    def snapshot(self, now: float) -> StatusRecord:
+        """The status record as of now (``now``: monotonic), with its bottleneck verdict."""
         lay = self.layout
-        reports = {c.name: c.last_report for c in self.children if c.last_report}
-        totals = self.totals.sum(reports)
-        self.rates.add(now, totals["bytes_downloaded"], totals["records_written"])
+        reports = {c.name: c.last_report for c in self.children if c.last_report is not None}
+        counts = self.totals.sum(reports)
+        self.rates.add(now, counts.bytes_downloaded, counts.records_written)
         download_rate, record_rate = self.rates.recent()
         elapsed = max(time.time() - self.started, 1e-9)
-        dl = reports.get("downloader", {})
-        errors = sorted(
-            (e for r in reports.values() for e in r.get("last_errors", [])),
-            key=lambda e: e.get("time", 0),
-        )[-10:]
-        ready = _count(lay.ram_ready)
+        dl = reports.get("downloader", ChildReport())
+        errors = sorted((e for r in reports.values() for e in r.last_errors), key=lambda e: e.time)
         wall = time.time()
         wait_total, consumers, waiting = self.waits.update(read_consumers(lay), wall)
-        ram_wait = sum(float(r.get("ram_wait_s", 0)) for r in reports.values())
+        ram_wait = sum(r.ram_wait_s for r in reports.values())
         self.series.add(now, {"consumer_wait_s": wait_total, "writer_ram_wait_s": ram_wait})
         wait_ratio = min(1.0, self.series.rate("consumer_wait_s") / max(consumers, 1))
         ram_wait_ratio = min(
             1.0, self.series.rate("writer_ram_wait_s") / max(self.config.output.writers, 1)
         )
-        record = {
-            "state": str(self.state),
-            "reason": self.reason,
-            "pid": os.getpid(),
-            "config": str(self.config.path) if self.config.path else None,
-            "started": self.started,
-            "updated": time.time(),
-            "epoch": self.next_epoch,
-            "epochs_total": self.config.epochs.count,
-            "download_epoch": dl.get("epoch"),
-            "epoch_objects": dl.get("epoch_objects", 0),
-            "epoch_objects_done": dl.get("epoch_objects_done", 0),
-            "download_activity": dl.get("activity"),
-            **totals,
-            "shards_ready": ready,
-            "shards_claimed": _count(lay.ram_claimed),
-            "window_bytes": int(dl.get("window_bytes", 0)),
-            "window_limit": self.config.download.window,
-            "ram_bytes": dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed),
-            "ram_budget": self.config.output.ram_budget,
-            "download_bytes_per_s": round(download_rate, 1),
-            "write_records_per_s": round(record_rate, 1),
-            "download_bytes_per_s_avg": round(totals["bytes_downloaded"] / elapsed, 1),
-            "write_records_per_s_avg": round(totals["records_written"] / elapsed, 1),
-            "writer_ram_wait_s": ram_wait,
-            "writer_ram_wait_ratio": round(ram_wait_ratio, 3),
-            "consumers": consumers,
-            "consumers_waiting": waiting,
-            "consumer_wait_s": round(wait_total, 3),
-            "consumer_wait_ratio": round(wait_ratio, 3),
-            "uptime_s": round(wall - self.started, 1),
-            "children": {
-                c.name: {
-                    "pid": c.pid,
-                    "alive": c.alive,
-                    "restarts": c.restarts,
-                    "state": str(c.state),
-                    "activity": c.last_report.get("activity"),
-                    "healthy": _child_healthy(c, wall),
-                    "heartbeat_age_s": _heartbeat_age(c, wall),
-                }
+        avg_rate = round(counts.bytes_downloaded / elapsed, 1)
+        record = StatusRecord(
+            state=str(self.state),
+            reason=self.reason,
+            pid=os.getpid(),
+            config=str(self.config.path) if self.config.path else None,
+            started=self.started,
+            updated=time.time(),
+            uptime_s=round(wall - self.started, 1),
+            epoch=self.next_epoch,
+            epochs_total=self.config.epochs.count,
+            download_epoch=dl.epoch,
+            epoch_objects=dl.epoch_objects,
+            epoch_objects_done=dl.epoch_objects_done,
+            epoch_bytes=dl.epoch_bytes,
+            epoch_bytes_done=dl.epoch_bytes_done,
+            epochs=self._epoch_progress(dl, download_rate or avg_rate),
+            job_eta_s=self._job_eta(dl, download_rate or avg_rate),
+            download_activity=dl.activity_text,
+            counts=counts,
+            shards_ready=_count(lay.ram_ready),
+            shards_claimed=_count(lay.ram_claimed),
+            window_bytes=dl.window_bytes,
+            window_limit=self.config.download.window,
+            ram_bytes=dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed),
+            ram_budget=self.config.output.ram_budget,
+            download_bytes_per_s=round(download_rate, 1),
+            write_records_per_s=round(record_rate, 1),
+            download_bytes_per_s_avg=avg_rate,
+            write_records_per_s_avg=round(counts.records_written / elapsed, 1),
+            writer_ram_wait_s=ram_wait,
+            writer_ram_wait_ratio=round(ram_wait_ratio, 3),
+            consumers=consumers,
+            consumers_waiting=waiting,
+            consumer_wait_s=round(wait_total, 3),
+            consumer_wait_ratio=round(wait_ratio, 3),
+            children={
+                c.name: _child_status(c, c.last_report or ChildReport(), wall)
                 for c in self.children
             },
-            "last_errors": errors,
-        }
-        record.update(self._epoch_progress(dl, download_rate, record))
-        record["bottleneck"] = diagnose(record).as_dict()
-        return record
+            last_errors=tuple(errors[-10:]),
+        )
+        return replace(record, bottleneck=diagnose(record, dl.activity))
 
-    def _epoch_progress(
-        self, dl: dict[str, Any], recent_rate: float, record: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Per-epoch progress (the epochs not yet complete, up to the one downloading) and ETAs
-        from the download rate (the last 10 s, or since start if nothing moved lately)."""
-        rate = recent_rate or float(record["download_bytes_per_s_avg"])
-        total = int(dl.get("epoch_bytes", 0))
-        done = int(dl.get("epoch_bytes_done", 0))
-        current = dl.get("epoch")
+    def _epoch_progress(self, dl: ChildReport, rate: float) -> tuple[EpochStatus, ...]:
+        """Per-epoch progress: the epochs not yet complete, up to the one downloading, with
+        ETAs at ``rate`` (the last 10 s, or since start if nothing moved lately)."""
+        if dl.epoch is None:
+            return ()
+        total, done = dl.epoch_bytes, dl.epoch_bytes_done
         epochs = []
-        if current is not None:
-            for k in range(self.next_epoch, int(current) + 1)[-MAX_EPOCHS_SHOWN:]:
-                downloading = k == current and done < total
-                epochs.append(
-                    {
-                        "epoch": k,
-                        "state": "downloading" if downloading else "downloaded",
-                        "objects": dl.get("epoch_objects", 0),
-                        "objects_done": (
-                            dl.get("epoch_objects_done", 0)
-                            if downloading
-                            else dl.get("epoch_objects", 0)
-                        ),
-                        "bytes": total,
-                        "bytes_done": done if downloading else total,
-                        "eta_s": eta_seconds(total - done, rate) if downloading else 0.0,
-                    }
+        for k in range(self.next_epoch, dl.epoch + 1)[-MAX_EPOCHS_SHOWN:]:
+            downloading = k == dl.epoch and done < total
+            epochs.append(
+                EpochStatus(
+                    epoch=k,
+                    state="downloading" if downloading else "downloaded",
+                    objects=dl.epoch_objects,
+                    objects_done=dl.epoch_objects_done if downloading else dl.epoch_objects,
+                    bytes=total,
+                    bytes_done=done if downloading else total,
+                    eta_s=eta_seconds(total - done, rate) if downloading else 0.0,
                 )
+            )
+        return tuple(epochs)
+
+    def _job_eta(self, dl: ChildReport, rate: float) -> float | None:
+        """Seconds until the last epoch is downloaded; None: endless, or nothing moves."""
         count = self.config.epochs.count
-        job_eta = None
-        if count is not None and current is not None:
-            left = (count - 1 - int(current)) * total + (total - done)
-            job_eta = eta_seconds(left, rate)
-        return {
-            "epoch_bytes": total,
-            "epoch_bytes_done": done,
-            "epochs": epochs,
-            "job_eta_s": job_eta,
-        }
+        if count is None or dl.epoch is None:
+            return None
+        total, done = dl.epoch_bytes, dl.epoch_bytes_done
+        return eta_seconds((count - 1 - dl.epoch) * total + (total - done), rate)
 
 
-def _heartbeat_age(child: Child, now: float) -> float | None:
-    beat = float(child.last_report.get("heartbeat", 0) or 0)
+def _child_status(child: Child, report: ChildReport, now: float) -> ChildStatus:
+    return ChildStatus(
+        pid=child.pid,
+        alive=child.alive,
+        restarts=child.restarts,
+        state=str(child.state),
+        activity=report.activity_text,
+        healthy=_child_healthy(child, report, now),
+        heartbeat_age_s=_heartbeat_age(report, now),
+    )
+
+
+def _heartbeat_age(report: ChildReport, now: float) -> float | None:
+    beat = report.heartbeat
     return round(max(0.0, now - beat), 1) if beat else None
 
 
-def _child_healthy(child: Child, now: float) -> bool:
-    age = _heartbeat_age(child, now)
+def _child_healthy(child: Child, report: ChildReport, now: float) -> bool:
+    age = _heartbeat_age(report, now)
     return (
         child.alive
         and child.state is ChildState.RUNNING

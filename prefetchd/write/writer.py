@@ -7,7 +7,8 @@ epoch only and is published when it reaches ``output.shard_size``, when its epoc
 left to give, when no input has arrived for ``IDLE_FLUSH`` seconds, or when it is
 ``STARVED_FLUSH`` seconds old while no shard is ready for the trainers.
 
-Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced)::
+Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced; the line's
+format is ``journal.py``)::
 
     shard complete in .tmp  ->  journal line {shard, positions, finished}  ->  rename into ready/
     ->  delete the raw objects whose last record is in that shard
@@ -29,7 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
-from typing import Any
 
 from prefetchd.budget import Interrupted, RamBudget, ram_chunk
 from prefetchd.errors import CorruptObject
@@ -37,15 +37,15 @@ from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
     epoch_prefix,
-    open_append,
     parse_object_name,
     parse_shard_name,
     shard_name,
-    write_atomic,
 )
 from prefetchd.seeds import mixing_rng, object_rng
 from prefetchd.supervise.child import ChildContext
+from prefetchd.supervise.child_report import Activity, WriterCounters
 from prefetchd.write.formats import Format, get_format, shuffled_object
+from prefetchd.write.journal import Journal, JournalEntry
 from prefetchd.write.shards import ShardFile
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,6 @@ FILL_WAIT = 0.5  # seconds a writer waits for output.mix open objects before dra
 STARVED_FILL = 0.25  # ... or this long while no shard is ready for the trainers
 FILL_CHECK = 0.05  # how often a writer with fewer than output.mix objects re-checks the above
 LISTING_MAX_AGE = 0.5
-JOURNAL_COMPACT_EVERY = 256
 # With epochs.shuffle, each open object's records come in a seeded random order: uncompressed
 # TFRecord objects are shuffled whole by offsets; other objects pass through a shuffle buffer,
 # and the buffers of all open objects together hold at most this much (or 256 KiB per object).
@@ -99,14 +98,13 @@ class Writer:
         )
         self.oldest_epoch = 0  # lowest epoch not yet complete, as far as this writer knows
         self.prefix = f"w{index}-"
-        self.journal = self.layout.journal / f"w{index}.log"
+        self.journal = Journal(self.layout.journal / f"w{index}.log")
         self.open: list[OpenObject] = []
         self.finished: list[OpenObject] = []  # drained, deleted once their shard is published
         self.shard: ShardFile | None = None
         self.shard_epoch: int | None = None
         self.rng = Random(0)
         self.commit = CommitState()
-        self.journal_lines = 0
         self.listing: list[str] = []
         self.listed_at = 0.0
         self.last_input = time.monotonic()
@@ -114,8 +112,7 @@ class Writer:
         self.fill_checked = 0.0
         self.fill_wait = True
         self.shard_checked = 0.0  # when _trainers_starved last looked (or the shard opened)
-        self.counters = ctx.counters
-        self.counters.update(
+        self.counters = ctx.counters = WriterCounters(
             records_written=0,
             shards_written=0,
             bytes_written=0,
@@ -123,7 +120,8 @@ class Writer:
             errors=0,
             epoch=None,
             ram_wait_s=0.0,
-            activity="starting",
+            objects_open=0,
+            activity=Activity.STARTING,
         )
 
     # --- boot and recovery --------------------------------------------------------------------
@@ -139,16 +137,16 @@ class Writer:
             self._stop()
 
     def _recover(self) -> None:
-        last = self._last_commit()
+        last = self.journal.last()
         if last is not None:
-            tmp = self.layout.ram_tmp / f"{last['shard']}{TMP_SUFFIX}"
-            if last["shard"] and tmp.exists():
-                os.rename(tmp, self.layout.ram_ready / last["shard"])
-                log.info("rolled forward shard %s after a restart", last["shard"])
-            for name in last["finished"]:
+            tmp = self.layout.ram_tmp / f"{last.shard}{TMP_SUFFIX}"
+            if last.shard and tmp.exists():
+                os.rename(tmp, self.layout.ram_ready / last.shard)
+                log.info("rolled forward shard %s after a restart", last.shard)
+            for name in last.finished:
                 self._delete_raw(name)
-            self.commit = CommitState(last["counter"] + 1, dict(last["positions"]))
-            write_atomic(self.journal, (json.dumps(last) + "\n").encode(), fsync=True)
+            self.commit = CommitState(last.counter + 1, dict(last.positions))
+            self.journal.rewrite(last)
         for entry in os.scandir(self.layout.ram_tmp):
             parsed = parse_shard_name(entry.name.removesuffix(TMP_SUFFIX))
             if parsed is not None and parsed[1] == self.index:
@@ -163,19 +161,6 @@ class Writer:
         if claimed:
             log.info("resuming %d claimed objects after a restart", len(claimed))
 
-    def _last_commit(self) -> dict[str, Any] | None:
-        try:
-            lines = self.journal.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return None
-        for line in reversed(lines):
-            try:
-                entry: dict[str, Any] = json.loads(line)
-                return entry
-            except json.JSONDecodeError:
-                continue  # a torn last line: the shard it describes was never published
-        return None
-
     # --- main loop ----------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -185,7 +170,7 @@ class Writer:
                 self._idle()
                 continue
             if self._filling():
-                self.counters["activity"] = "waiting for objects to mix"
+                self.counters["activity"] = Activity.WAITING_TO_MIX
                 self._report()
                 self.arrivals.read(timeout=0.05)
                 self.listed_at = 0.0
@@ -270,7 +255,7 @@ class Writer:
                 self._publish()
         elif self.finished:
             self._publish()
-        self.counters["activity"] = "waiting for downloads"
+        self.counters["activity"] = Activity.WAITING_FOR_DOWNLOADS
         self._report()
         self.arrivals.read(timeout=0.1)
         self.listed_at = 0.0
@@ -380,15 +365,15 @@ class Writer:
         shard = self.shard
         if shard is None and not self.finished:
             return
-        entry = {
-            "shard": shard.name if shard else None,
-            "counter": self.commit.counter,
-            "positions": {o.name: o.taken for o in self.open},
-            "finished": [o.name for o in self.finished],
-        }
+        entry = JournalEntry(
+            shard=shard.name if shard else None,
+            counter=self.commit.counter,
+            positions={o.name: o.taken for o in self.open},
+            finished=tuple(o.name for o in self.finished),
+        )
         if shard is not None:
             shard.finish()
-        self._journal(entry)
+        self.journal.append(entry)
         if shard is not None:
             shard.publish()
             self.counters["records_written"] += shard.records
@@ -399,18 +384,6 @@ class Writer:
             self._delete_raw(obj.name)
         self.finished.clear()
         self.shard = None
-
-    def _journal(self, entry: dict[str, Any]) -> None:
-        line = json.dumps(entry) + "\n"
-        self.journal_lines += 1
-        if self.journal_lines >= JOURNAL_COMPACT_EVERY:
-            write_atomic(self.journal, line.encode(), fsync=True)  # only the last entry matters
-            self.journal_lines = 1
-            return
-        with os.fdopen(open_append(self.journal), "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
 
     def _delete_raw(self, name: str) -> None:
         for path in (
@@ -436,7 +409,7 @@ class Writer:
 
     def _waiting_for_ram(self) -> bool:
         """Called while blocked on the RAM budget: stay visibly alive; say whether to stop."""
-        self.counters["activity"] = "waiting for RAM budget (trainers are behind)"
+        self.counters["activity"] = Activity.WAITING_FOR_RAM
         self.counters["objects_open"] = len(self.open)
         self.counters["ram_wait_s"] = round(self.budget.waited, 3)
         self.ctx.report()
@@ -446,7 +419,7 @@ class Writer:
         self.counters["ram_wait_s"] = round(self.budget.waited, 3)
         self.counters["objects_open"] = len(self.open)
         if self.open:
-            self.counters["activity"] = "writing"
+            self.counters["activity"] = Activity.WRITING
         self.ctx.report()
 
     def _stop(self) -> None:
@@ -457,5 +430,5 @@ class Writer:
         elif self.shard is not None:
             self.shard.discard()
             self.shard = None
-        self.counters["activity"] = "stopped"
+        self.counters["activity"] = Activity.STOPPED
         self.ctx.report(force=True)

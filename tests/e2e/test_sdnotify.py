@@ -94,7 +94,8 @@ def test_ready_watchdog_while_healthy_and_stopping(
 
     status = read_status(Layout.of(load_config(config)))
     assert status is not None
-    writer = status["children"]["writer-0"]["pid"]
+    writer = status.children["writer-0"].pid
+    assert writer is not None
     os.kill(writer, signal.SIGSTOP)
     try:
         quiet_since = None

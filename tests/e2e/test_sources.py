@@ -24,6 +24,7 @@ import pytest
 import yaml
 import zstandard
 
+from prefetchd.supervise.child_report import Activity, ChildReport
 from testkit import sample_data
 from testkit.trainers import delivered
 
@@ -367,12 +368,12 @@ def test_writer_killed_mid_object_resumes_shuffled_lines_exactly_once(
     deadline = time.monotonic() + 60
     while victim is None and time.monotonic() < deadline:
         try:
-            counters = json.loads(report.read_text())
+            counters = ChildReport.from_json(json.loads(report.read_text()))
         except (OSError, ValueError):
-            counters = {}
-        blocked = str(counters.get("activity", "")).startswith("waiting for RAM")
-        if counters.get("records_written", 0) > 0 and counters.get("objects_open", 0) and blocked:
-            victim = int(counters["pid"])
+            counters = ChildReport()
+        blocked = counters.activity is Activity.WAITING_FOR_RAM
+        if counters.counts.records_written > 0 and counters.objects_open and blocked:
+            victim = counters.pid
         time.sleep(0.05)
     assert victim, f"writer-0 never wrote\n{daemon.output()}"
     os.kill(victim, signal.SIGKILL)

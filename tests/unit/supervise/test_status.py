@@ -8,12 +8,15 @@ import os
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from prefetchd.consume.ready import ConsumerStats
+from prefetchd.consume.report import ConsumerReport
+from prefetchd.supervise.child_report import Activity
 from prefetchd.supervise.diagnosis import VERDICTS, diagnose
 from prefetchd.supervise.status import (
     REQUIRED_KEYS,
@@ -22,6 +25,7 @@ from prefetchd.supervise.status import (
     eta_seconds,
     render_table,
 )
+from prefetchd.supervise.status_record import StatusRecord
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "status"
 UPDATE = os.environ.get("PREFETCHD_UPDATE_GOLDEN") == "1"  # rewrite the expected tables
@@ -46,9 +50,15 @@ def recorded(name: str) -> dict[str, Any]:
     return data
 
 
+def decoded(raw: dict[str, Any]) -> StatusRecord:
+    record = StatusRecord.from_json(raw)
+    assert record is not None
+    return record
+
+
 @pytest.mark.parametrize("name", ["running_consumer_bound", "running_starved_with_errors"])
 def test_table_of_a_recorded_status_matches_the_expected_file(name: str, utc: None) -> None:
-    table = render_table(recorded(name)) + "\n"
+    table = render_table(decoded(recorded(name))) + "\n"
     expected = DATA / f"{name}.txt"
     if UPDATE:
         expected.write_text(table)
@@ -66,7 +76,7 @@ def test_table_shows_hostile_keys_on_one_printable_line(utc: None) -> None:
     status["last_errors"] = [
         {"time": 0, "key": "evil\n12:00:00 forged line\u202e", "error": "bad\x1b[2Jthing"}
     ]
-    table = render_table(status)
+    table = render_table(decoded(status))
     assert "\x1b" not in table and "\u202e" not in table
     tail = table.splitlines()[-2:]
     assert tail[0].strip().startswith("00:00:00 evil\\n12:00:00 forged line")
@@ -74,24 +84,24 @@ def test_table_shows_hostile_keys_on_one_printable_line(utc: None) -> None:
 
 
 def test_table_of_a_minimal_record_does_not_fail() -> None:
-    assert "prefetchd starting" in render_table({"state": "starting"})
+    assert "prefetchd starting" in render_table(decoded({"state": "starting"}))
 
 
 # --- the verdict --------------------------------------------------------------------------------
 
-RUNNING = {
-    "state": "running",
-    "consumers": 2,
-    "consumer_wait_ratio": 0.6,
-    "window_bytes": 10,
-    "window_limit": 100,
-    "ram_bytes": 50,
-    "ram_budget": 100,
-    "writer_ram_wait_ratio": 0.0,
-    "download_bytes_per_s": 75e6,
-    "download_activity": "downloading",
-    "shards_ready": 0,
-}
+RUNNING = StatusRecord(
+    state="running",
+    consumers=2,
+    consumer_wait_ratio=0.6,
+    window_bytes=10,
+    window_limit=100,
+    ram_bytes=50,
+    ram_budget=100,
+    writer_ram_wait_ratio=0.0,
+    download_bytes_per_s=75e6,
+    download_activity="downloading",
+    shards_ready=0,
+)
 
 
 @pytest.mark.parametrize(
@@ -99,9 +109,7 @@ RUNNING = {
     [
         ({"consumer_wait_ratio": 0.02, "shards_ready": 5}, "consumer-bound"),
         ({}, "store-bound"),
-        ({"download_activity": "paused: store errors (SlowDown), retrying in 4s"}, "store-bound"),
         ({"window_bytes": 95}, "writer-bound"),
-        ({"download_activity": "finished"}, "writer-bound"),
         ({"writer_ram_wait_ratio": 0.9, "ram_bytes": 100, "window_bytes": 95}, "ram-bound"),
         ({"consumers": 0}, "idle"),
         ({"state": "starting"}, "unknown"),
@@ -109,7 +117,7 @@ RUNNING = {
     ],
 )
 def test_bottleneck_verdict(changes: dict[str, Any], verdict: str) -> None:
-    result = diagnose({**RUNNING, **changes})
+    result = diagnose(replace(RUNNING, **changes), Activity.DOWNLOADING)
     assert result.verdict == verdict
     assert result.verdict in VERDICTS
     assert result.summary
@@ -117,14 +125,52 @@ def test_bottleneck_verdict(changes: dict[str, Any], verdict: str) -> None:
         assert any("trainers waited" in e for e in result.evidence), result.evidence
 
 
+# The verdict for trainers starved while the window is not filling, by the downloader's activity.
+VERDICT_BY_ACTIVITY = {
+    Activity.PAUSED: "store-bound",  # the store refuses: nothing else matters
+    Activity.FINISHED: "writer-bound",  # everything is downloaded: writers are behind
+    Activity.WAITING_FOR_WINDOW: "writer-bound",
+    Activity.DOWNLOADING: "store-bound",
+    Activity.LISTING: "store-bound",
+    # writers' activities (the downloader never reports them): no evidence either way
+    Activity.STARTING: "store-bound",
+    Activity.WAITING_FOR_DOWNLOADS: "store-bound",
+    Activity.WAITING_TO_MIX: "store-bound",
+    Activity.WAITING_FOR_RAM: "store-bound",
+    Activity.WRITING: "store-bound",
+    Activity.STOPPED: "store-bound",
+}
+
+
+def test_every_activity_has_a_stated_verdict() -> None:
+    assert set(VERDICT_BY_ACTIVITY) == set(Activity)
+
+
+@pytest.mark.parametrize("activity", list(Activity))
+def test_verdict_by_downloader_activity(activity: Activity) -> None:
+    assert diagnose(RUNNING, activity).verdict == VERDICT_BY_ACTIVITY[activity]
+
+
+def test_verdict_of_an_unknown_activity_is_decided_by_the_figures() -> None:
+    """A newer downloader's activity this version cannot read: the window fill decides."""
+    assert diagnose(RUNNING, None).verdict == "store-bound"
+    assert diagnose(replace(RUNNING, window_bytes=95), None).verdict == "writer-bound"
+
+
+def test_paused_verdict_quotes_the_downloaders_words() -> None:
+    words = "paused: store errors (SlowDown), retrying in 4s"
+    result = diagnose(replace(RUNNING, download_activity=words), Activity.PAUSED)
+    assert f"downloader {words}" in result.evidence
+
+
 def test_verdict_evidence_names_the_figures() -> None:
-    result = diagnose({**RUNNING, "window_bytes": 95})
+    result = diagnose(replace(RUNNING, window_bytes=95), Activity.DOWNLOADING)
     assert "download window 95% full, downloader downloading" in result.evidence
     assert "trainers waited for shards 60% of the last 10 s" in result.evidence
 
 
 def test_verdict_of_an_empty_record_is_unknown() -> None:
-    assert diagnose({}).verdict == "unknown"
+    assert diagnose(decoded({"state": ""}), None).verdict == "unknown"
 
 
 # --- wait figures -------------------------------------------------------------------------------
@@ -140,16 +186,23 @@ def test_consumer_stats_count_finished_and_running_waits() -> None:
     assert stats.wait_s == pytest.approx(3.0) and stats.waiting_since is None
     record = stats.encode()
     assert len(record) == ConsumerStats.RECORD_SIZE
-    assert json.loads(record) == {"pid": 7, "wait_s": 3.0, "waiting_since": None, "shards": 0}
+    assert json.loads(record) == {
+        "version": 1,
+        "pid": 7,
+        "wait_s": 3.0,
+        "waiting_since": None,
+        "shards": 0,
+    }
 
 
 def test_consumer_waits_add_the_wait_in_progress_and_keep_exited_trainers() -> None:
     waits = ConsumerWaits()
     total, alive, waiting = waits.update(
-        {"a": {"wait_s": 2.0, "waiting_since": 10.0}, "b": {"wait_s": 1.0}}, now=13.0
+        {"a": ConsumerReport(wait_s=2.0, waiting_since=10.0), "b": ConsumerReport(wait_s=1.0)},
+        now=13.0,
     )
     assert (total, alive, waiting) == (pytest.approx(6.0), 2, 1)
-    total, alive, waiting = waits.update({"b": {"wait_s": 1.5}}, now=20.0)  # a exited
+    total, alive, waiting = waits.update({"b": ConsumerReport(wait_s=1.5)}, now=20.0)  # a exited
     assert (total, alive, waiting) == (pytest.approx(6.5), 1, 0)
 
 

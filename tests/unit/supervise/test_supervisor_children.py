@@ -15,6 +15,7 @@ import pytest
 
 from prefetchd.config import config_from_dict
 from prefetchd.supervise.child import ChildContext
+from prefetchd.supervise.child_report import ChildReport
 from prefetchd.supervise.children import (
     BACKOFF_MAX,
     BACKOFF_START,
@@ -109,7 +110,7 @@ def process(child: Child) -> FakeProcess:
 
 def report(child: Child, **fields: object) -> None:
     """What ``Supervisor._collect_reports`` would have read from the child's report file."""
-    child.last_report = {"pid": child.pid, **fields}
+    child.last_report = ChildReport.from_json({"pid": child.pid, **fields})
 
 
 def make_running(life: Lifecycle, dummy: Dummy) -> Child:
@@ -208,7 +209,7 @@ def test_backoff_to_starting_once_the_delay_has_elapsed(life: Lifecycle, dummy: 
     life.restart_due()
     assert child.state is ChildState.STARTING
     assert child.restarts == 1 and child.pid == 101
-    assert child.last_report == {}, "the dead process's report must not make it look ready"
+    assert child.last_report is None, "the dead process's report must not make it look ready"
     make_running(life, dummy)
 
 

@@ -1,0 +1,54 @@
+"""The consumer report: a trainer process's wait figures, in ``ram_dir/consumers/<owner>.lock``.
+
+Written by the trainer (``ready.ConsumerStats``, rewritten in place on every wait and claim),
+read by the daemon (``status.read_consumers``) for ``consumer_wait_s`` and the bottleneck
+verdict. One JSON object padded with spaces to ``RECORD_SIZE`` bytes, so a reader of the file
+(rewritten in place, never truncated) never sees a shorter record's leftovers::
+
+    {"version": 1, "pid": 123, "wait_s": 4.25, "waiting_since": 1700000000.5, "shards": 17}
+
+``wait_s`` counts finished waits; ``waiting_since`` (epoch seconds) is set while the process
+waits, so the reader adds the wait still in progress.
+
+Other versions (rule: ``prefetchd.wire``): trainer and daemon are separate installs (a sidecar
+container), so either may be newer. Unknown fields are ignored; missing ones read as 0 / null.
+A record without ``version`` is version 0 (the same fields).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from prefetchd.wire import scalar_fields
+
+CONSUMER_VERSION = 1
+RECORD_SIZE = 256
+
+
+@dataclass(frozen=True)
+class ConsumerReport:
+    pid: int = 0
+    wait_s: float = 0.0
+    waiting_since: float | None = None
+    shards: int = 0
+    version: int = CONSUMER_VERSION
+
+    def encode(self) -> bytes:
+        """The one encoder: exactly ``RECORD_SIZE`` bytes."""
+        data = json.dumps({**asdict(self), "version": CONSUMER_VERSION}).encode()
+        if len(data) > RECORD_SIZE:  # four numbers cannot get there; a new field might
+            raise ValueError(f"consumer report of {len(data)} bytes > {RECORD_SIZE}")
+        return data.ljust(RECORD_SIZE)
+
+    @classmethod
+    def decode(cls, data: bytes) -> ConsumerReport | None:
+        """The one decoder; None if ``data`` holds no report (empty, torn, not JSON)."""
+        try:
+            raw: Any = json.loads(data.decode("utf-8").strip(" \0\n"))
+        except ValueError:
+            return None
+        if not isinstance(raw, dict):
+            return None
+        return cls(**{"version": 0, **scalar_fields(cls, raw)})

@@ -1,0 +1,168 @@
+"""The status record: ``state_dir/status.json``, what ``prefetchd status --json`` prints.
+
+The supervisor builds a ``StatusRecord`` about once a second and writes ``to_json()``
+atomically; ``prefetchd status``, the metrics endpoint and the trainers (``ready_files()``
+watches ``state``, ``reason`` and ``updated``) read it back with ``StatusRecord.from_json``.
+The keys are interface, documented in ``docs/status.md``: they are never removed or renamed,
+and each key of the JSON is the field of the same name here (``counts``' fields sit at the top
+level of the JSON, ``extra`` holds keys this version does not know).
+
+Other versions (rule: ``prefetchd.wire``): ``version`` is ``STATUS_VERSION``; a record without
+it is version 0 (the same keys). A reader of any version reads any record: a missing key takes
+its default (0, null, empty), a key it does not know is kept in ``extra`` and written back by
+``to_json``, so ``status --json`` of an older client shows a newer daemon's keys as written.
+A JSON object without a string ``state`` is not a status record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from prefetchd.supervise.child_report import Counts, ErrorEntry
+from prefetchd.wire import field_names, scalar_fields
+
+STATUS_VERSION = 1
+
+VERDICTS = ("consumer-bound", "store-bound", "writer-bound", "ram-bound", "idle", "unknown")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The bottleneck verdict (``supervise/diagnosis.py``) and the figures behind it."""
+
+    verdict: str  # one of VERDICTS (another version may know others)
+    summary: str
+    evidence: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "summary": self.summary, "evidence": list(self.evidence)}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Verdict | None:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("verdict"), str):
+            return None
+        evidence = raw.get("evidence")
+        lines = [str(e) for e in evidence] if isinstance(evidence, list) else []
+        return cls(raw["verdict"], str(raw.get("summary") or ""), lines)
+
+
+@dataclass(frozen=True)
+class ChildStatus:
+    """One child process as status shows it."""
+
+    pid: int | None = None
+    alive: bool = False
+    restarts: int = 0
+    state: str = ""  # a ChildState
+    activity: str | None = None  # the words, as the table shows them
+    healthy: bool = False
+    heartbeat_age_s: float | None = None
+
+
+@dataclass(frozen=True)
+class EpochStatus:
+    """Download progress of one epoch not yet complete."""
+
+    epoch: int = 0
+    state: str = ""  # "downloading" | "downloaded"
+    objects: int = 0
+    objects_done: int = 0
+    bytes: int = 0
+    bytes_done: int = 0
+    eta_s: float | None = None
+
+
+def _nested(cls: type[Any], raw: Any) -> Any:
+    return cls(**scalar_fields(cls, raw)) if isinstance(raw, Mapping) else None
+
+
+@dataclass(frozen=True)
+class StatusRecord:
+    """The daemon's state and figures; see ``docs/status.md`` for each key."""
+
+    state: str  # a DaemonState (another version may know others)
+    reason: str | None = None
+    pid: int = 0
+    config: str | None = None
+    started: float = 0.0
+    updated: float = 0.0
+    uptime_s: float | None = None
+    epoch: int = 0
+    epochs_total: int | None = None
+    download_epoch: int | None = None
+    epoch_objects: int = 0
+    epoch_objects_done: int = 0
+    epoch_bytes: int = 0
+    epoch_bytes_done: int = 0
+    epochs: tuple[EpochStatus, ...] = ()
+    job_eta_s: float | None = None
+    download_activity: str | None = None
+    counts: Counts = field(default_factory=Counts)
+    shards_ready: int = 0
+    shards_claimed: int = 0
+    window_bytes: int = 0
+    window_limit: int = 0
+    ram_bytes: int = 0
+    ram_budget: int = 0
+    download_bytes_per_s: float = 0.0
+    write_records_per_s: float = 0.0
+    download_bytes_per_s_avg: float = 0.0
+    write_records_per_s_avg: float = 0.0
+    writer_ram_wait_s: float = 0.0
+    writer_ram_wait_ratio: float = 0.0
+    consumers: int = 0
+    consumers_waiting: int = 0
+    consumer_wait_s: float = 0.0
+    consumer_wait_ratio: float = 0.0
+    children: dict[str, ChildStatus] = field(default_factory=dict)
+    last_errors: tuple[ErrorEntry, ...] = ()
+    bottleneck: Verdict | None = None
+    version: int = STATUS_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The one encoder: the JSON object ``status.json`` holds."""
+        record: dict[str, Any] = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name not in _STRUCTURED
+        }
+        record.update(asdict(self.counts))
+        record["epochs"] = [asdict(e) for e in self.epochs]
+        record["children"] = {name: asdict(c) for name, c in self.children.items()}
+        record["last_errors"] = [asdict(e) for e in self.last_errors]
+        record["bottleneck"] = self.bottleneck.to_json() if self.bottleneck else None
+        return {**self.extra, **record}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> StatusRecord | None:
+        """The one decoder; None if ``raw`` is not a status record. Never raises."""
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("state"), str):
+            return None
+        children = raw.get("children")
+        epochs = raw.get("epochs")
+        decoded = {
+            "version": 0,  # records of daemons before STATUS_VERSION have no version key
+            **scalar_fields(cls, raw),
+            "epochs": tuple(
+                e for e in (_nested(EpochStatus, x) for x in _list(epochs)) if e is not None
+            ),
+            "counts": Counts(**scalar_fields(Counts, raw)),
+            "children": {
+                str(name): _nested(ChildStatus, child)
+                for name, child in (children.items() if isinstance(children, Mapping) else ())
+                if isinstance(child, Mapping)
+            },
+            "last_errors": ErrorEntry.list_from_json(raw.get("last_errors")),
+            "bottleneck": Verdict.from_json(raw.get("bottleneck")),
+            "extra": {k: v for k, v in raw.items() if k not in _KNOWN},
+        }
+        return cls(**decoded)
+
+
+def _list(raw: Any) -> list[Any]:
+    return raw if isinstance(raw, list) else []
+
+
+_STRUCTURED = frozenset({"counts", "epochs", "children", "last_errors", "bottleneck", "extra"})
+_KNOWN = (field_names(StatusRecord) - {"counts", "extra"}) | field_names(Counts)

@@ -1,0 +1,83 @@
+"""What every message between prefetchd's processes shares: the rule for other versions.
+
+The processes of one host may run different versions of prefetchd: a spawned child imports the
+package from disk, which an upgrade may have replaced under a running supervisor, and a trainer
+(its own container, its own install) reads the status of a daemon of another release. So every
+message (status record, child report, writer journal line, consumer report) is read by one
+rule: a field the reader does not know is ignored; a field that is missing, or holds a JSON
+type the reader cannot use, takes the field's default. Each message keeps a format ``version``
+that goes up only when a field changes meaning, never for a new field; a message whose meaning
+cannot be guessed (the writer journal) refuses a newer version instead.
+
+``scalar_fields`` applies the rule to the scalar fields of a message's dataclass. (A leaf
+module: standard library only.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from typing import Any
+
+_UNUSABLE = object()
+
+
+def _int(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _UNUSABLE
+    return int(value)
+
+
+def _float(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _UNUSABLE
+    return float(value)
+
+
+def _bool(value: Any) -> Any:
+    return value if isinstance(value, bool) else _UNUSABLE
+
+
+def _str(value: Any) -> Any:
+    return value if isinstance(value, str) else _UNUSABLE
+
+
+def _optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else read(value)
+
+
+# Keyed by the annotation as written: every message module uses ``from __future__ import
+# annotations``, so a dataclass field's ``type`` is this string.
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "int": _int,
+    "float": _float,
+    "bool": _bool,
+    "str": _str,
+    "int | None": _optional(_int),
+    "float | None": _optional(_float),
+    "str | None": _optional(_str),
+}
+
+
+def scalar_fields(cls: type[Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for dataclass ``cls`` from the JSON object ``raw``.
+
+    Covers the fields annotated ``int``, ``float``, ``bool``, ``str`` or one of them ``| None``;
+    a value of another JSON type is left out, as is a missing one, so the field keeps its
+    default. Other fields (nested messages) are for the caller. Never raises on ``raw``'s
+    contents.
+    """
+    kwargs: dict[str, Any] = {}
+    for field in fields(cls):
+        read = _READERS.get(str(field.type))
+        if read is None or field.name not in raw:
+            continue
+        value = read(raw[field.name])
+        if value is not _UNUSABLE:
+            kwargs[field.name] = value
+    return kwargs
+
+
+def field_names(cls: type[Any]) -> frozenset[str]:
+    """The names of dataclass ``cls``'s fields."""
+    return frozenset(f.name for f in fields(cls))
