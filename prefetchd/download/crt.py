@@ -2,7 +2,7 @@
 
 ``awscrt.s3.S3Client`` is used directly: boto3's ``preferred_transfer_client='crt'`` ignores
 ``endpoint_url`` (FACTS.md). Each object is one GET_OBJECT meta request; the CRT splits it into
-ranged GETs of ``download.part_size`` and runs them on its own event-loop threads, outside the
+ranged GETs (see ``part_size`` below) and runs them on its own event-loop threads, outside the
 GIL. Bodies arrive through ``on_body`` in order and are written with ``pwrite`` into ``job.fd``,
 the ``.part`` file ``prepare()`` created exclusively (as the classic backend does, so the
 downloader's start-up sweep stays valid), and hashed as they arrive, so an MD5 ETag is checked
@@ -15,7 +15,11 @@ CRT settings, and why:
 - ``max_active_connections_override``: ``download.concurrency`` on the client, and on each
   request the slots its object holds (one per part, at most ``concurrency``), so requests in
   flight never exceed ``download.concurrency`` — the same bound the classic backend keeps.
-- ``part_size``: ``download.part_size``.
+- ``part_size``: ``download.part_size`` on the client; on each request the object's own part
+  size (``parts.object_part_size``): finer for objects that would otherwise take only a few
+  connections, so one object takes them all and objects complete early and in order.
+- A ``Range`` header for the whole object (its size is known from the listing): the CRT then
+  starts every part at once instead of fetching part 1 alone first to learn the size.
 - ``memory_limit``: max(256 MiB, 2 x concurrency x part_size). The CRT buffers whole parts; its
   default (2 GiB and up) follows ``throughput_target_gbps``, not what this daemon is told to
   hold. 256 MiB is the least the CRT accepts.
@@ -55,6 +59,7 @@ import botocore.session
 
 from prefetchd.config import Config
 from prefetchd.download.jobs import Done, Job
+from prefetchd.download.parts import object_part_size, slots_for
 from prefetchd.download.store import make_client
 from prefetchd.download.verify import IntegrityError, Verifier, settle
 from prefetchd.errors import ConfigError
@@ -209,8 +214,12 @@ class CrtTransfer:
     # --- main thread --------------------------------------------------------------------------
 
     def _slots_needed(self, job: Job) -> int:
-        parts = -(-job.obj.size // self._part_size)
-        return max(1, min(self._concurrency, parts))
+        return slots_for(job.obj.size, self._object_part_size(job), self._concurrency)
+
+    def _object_part_size(self, job: Job) -> int:
+        """Parts of this object: ``download.part_size``, or finer so that one object can take
+        every connection (``object_part_size``)."""
+        return object_part_size(job.obj.size, self._part_size, self._concurrency)
 
     def _start(self, fetch: _Fetch) -> None:
         job = fetch.job
@@ -223,11 +232,16 @@ class CrtTransfer:
         headers = awscrt.http.HttpHeaders([("Host", self._endpoint.host)])
         if job.obj.etag:
             headers.add("If-Match", f'"{job.obj.etag}"')
+        if job.obj.size:
+            # The whole object as an explicit range: the CRT then starts every part at once,
+            # instead of fetching part 1 alone to learn the size the listing already gave.
+            headers.add("Range", f"bytes=0-{job.obj.size - 1}")
         try:
             fetch.request = self._client.make_request(
                 type=awscrt.s3.S3RequestType.GET_OBJECT,
                 request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
                 max_active_connections_override=fetch.slots,
+                part_size=self._object_part_size(job),
                 on_body=functools.partial(self._on_body, fetch),
                 on_done=functools.partial(self._on_done, fetch),
             )
