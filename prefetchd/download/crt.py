@@ -79,6 +79,10 @@ _CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]{0,512})</Message>")
 # When the body names no code, the status decides, as ``store.classify()`` expects.
 _STATUS_CODES = {403: "AccessDenied", 404: "NoSuchKey", 412: "PreconditionFailed"}
+_CRT_CODES = {
+    "AWS_ERROR_S3_SLOW_DOWN": ("SlowDown", 503),
+    "AWS_ERROR_S3_INTERNAL_ERROR": ("InternalError", 500),
+}
 
 
 @dataclass(frozen=True)
@@ -308,12 +312,17 @@ class CrtTransfer:
 def store_error(error: BaseException, status: int | None, body: bytes | None) -> BaseException:
     """A CRT failure as the error the classic backend would have raised, so
     ``store.classify()`` and ``store.describe()`` treat both backends alike."""
-    if isinstance(error, awscrt.s3.S3ResponseError) and status:
+    # Throttling and 5xx that outlived the CRT's retries come as AWS_ERROR_S3_SLOW_DOWN /
+    # AWS_ERROR_S3_INTERNAL_ERROR, often without the status: named as the store names them.
+    crt_code, crt_status = _CRT_CODES.get(_crt_name(error), ("", 0))
+    status = status or crt_status
+    if status and (isinstance(error, awscrt.s3.S3ResponseError) or crt_code):
         code = _CODE.search(body or b"")
         message = _MESSAGE.search(body or b"")
+        fallback = _STATUS_CODES.get(status) or crt_code or str(status)
         response: Any = {  # the subset of botocore's parsed error that store.py reads
             "Error": {
-                "Code": _text(code) if code else _STATUS_CODES.get(status, str(status)),
+                "Code": _text(code) if code else fallback,
                 "Message": _text(message) if message else "",
             },
             "ResponseMetadata": {"HTTPStatusCode": status},
@@ -324,6 +333,10 @@ def store_error(error: BaseException, status: int | None, body: bytes | None) ->
     ):
         return botocore.exceptions.NoCredentialsError()
     return error
+
+
+def _crt_name(error: BaseException) -> str:
+    return error.name if isinstance(error, awscrt.exceptions.AwsCrtError) else ""
 
 
 def _text(match: re.Match[bytes]) -> str:
