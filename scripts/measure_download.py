@@ -92,8 +92,14 @@ def seaweedfs(base: int) -> Iterator[str]:
         *(f"-{name}={base + off}" for name, off in ports.items()),
         *(f"-{name}.grpc={base + off + 1}" for name, off in ports.items() if name != "metricsPort"),
     ]  # fmt: skip
-    with open(work / "weed.log", "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with open(work / "weed.log", "wb") as out:
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+    except OSError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     try:
         endpoint = f"http://{HOST}:{base}"
         _wait_for_store(proc, endpoint, work / "weed.log")
