@@ -2,7 +2,7 @@
 
 ``awscrt.s3.S3Client`` is used directly: boto3's ``preferred_transfer_client='crt'`` ignores
 ``endpoint_url`` (FACTS.md). Each object is one GET_OBJECT meta request; the CRT splits it into
-ranged GETs of ``download.part_size`` and runs them on its own event-loop threads, outside the
+ranged GETs (see ``part_size`` below) and runs them on its own event-loop threads, outside the
 GIL. Bodies arrive through ``on_body`` in order and are written with ``pwrite`` into ``job.fd``,
 the ``.part`` file ``prepare()`` created exclusively (as the classic backend does, so the
 downloader's start-up sweep stays valid), and hashed as they arrive, so an MD5 ETag is checked
@@ -15,7 +15,11 @@ CRT settings, and why:
 - ``max_active_connections_override``: ``download.concurrency`` on the client, and on each
   request the slots its object holds (one per part, at most ``concurrency``), so requests in
   flight never exceed ``download.concurrency`` — the same bound the classic backend keeps.
-- ``part_size``: ``download.part_size``.
+- ``part_size``: ``download.part_size`` on the client; on each request the object's own part
+  size (``parts.object_part_size``): finer for objects that would otherwise take only a few
+  connections, so one object takes them all and objects complete early and in order.
+- A ``Range`` header for the whole object (its size is known from the listing): the CRT then
+  starts every part at once instead of fetching part 1 alone first to learn the size.
 - ``memory_limit``: max(256 MiB, 2 x concurrency x part_size). The CRT buffers whole parts; its
   default (2 GiB and up) follows ``throughput_target_gbps``, not what this daemon is told to
   hold. 256 MiB is the least the CRT accepts.
@@ -55,6 +59,7 @@ import botocore.session
 
 from prefetchd.config import Config
 from prefetchd.download.jobs import Done, Job
+from prefetchd.download.parts import object_part_size, slots_for
 from prefetchd.download.store import make_client
 from prefetchd.download.verify import IntegrityError, Verifier, settle
 from prefetchd.errors import ConfigError
@@ -74,6 +79,10 @@ _CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]{0,512})</Message>")
 # When the body names no code, the status decides, as ``store.classify()`` expects.
 _STATUS_CODES = {403: "AccessDenied", 404: "NoSuchKey", 412: "PreconditionFailed"}
+_CRT_CODES = {
+    "AWS_ERROR_S3_SLOW_DOWN": ("SlowDown", 503),
+    "AWS_ERROR_S3_INTERNAL_ERROR": ("InternalError", 500),
+}
 
 
 @dataclass(frozen=True)
@@ -209,8 +218,12 @@ class CrtTransfer:
     # --- main thread --------------------------------------------------------------------------
 
     def _slots_needed(self, job: Job) -> int:
-        parts = -(-job.obj.size // self._part_size)
-        return max(1, min(self._concurrency, parts))
+        return slots_for(job.obj.size, self._object_part_size(job), self._concurrency)
+
+    def _object_part_size(self, job: Job) -> int:
+        """Parts of this object: ``download.part_size``, or finer so that one object can take
+        every connection (``object_part_size``)."""
+        return object_part_size(job.obj.size, self._part_size, self._concurrency)
 
     def _start(self, fetch: _Fetch) -> None:
         job = fetch.job
@@ -223,11 +236,16 @@ class CrtTransfer:
         headers = awscrt.http.HttpHeaders([("Host", self._endpoint.host)])
         if job.obj.etag:
             headers.add("If-Match", f'"{job.obj.etag}"')
+        if job.obj.size:
+            # The whole object as an explicit range: the CRT then starts every part at once,
+            # instead of fetching part 1 alone to learn the size the listing already gave.
+            headers.add("Range", f"bytes=0-{job.obj.size - 1}")
         try:
             fetch.request = self._client.make_request(
                 type=awscrt.s3.S3RequestType.GET_OBJECT,
                 request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
                 max_active_connections_override=fetch.slots,
+                part_size=self._object_part_size(job),
                 on_body=functools.partial(self._on_body, fetch),
                 on_done=functools.partial(self._on_done, fetch),
             )
@@ -294,12 +312,17 @@ class CrtTransfer:
 def store_error(error: BaseException, status: int | None, body: bytes | None) -> BaseException:
     """A CRT failure as the error the classic backend would have raised, so
     ``store.classify()`` and ``store.describe()`` treat both backends alike."""
-    if isinstance(error, awscrt.s3.S3ResponseError) and status:
+    # Throttling and 5xx that outlived the CRT's retries come as AWS_ERROR_S3_SLOW_DOWN /
+    # AWS_ERROR_S3_INTERNAL_ERROR, often without the status: named as the store names them.
+    crt_code, crt_status = _CRT_CODES.get(_crt_name(error), ("", 0))
+    status = status or crt_status
+    if status and (isinstance(error, awscrt.s3.S3ResponseError) or crt_code):
         code = _CODE.search(body or b"")
         message = _MESSAGE.search(body or b"")
+        fallback = _STATUS_CODES.get(status) or crt_code or str(status)
         response: Any = {  # the subset of botocore's parsed error that store.py reads
             "Error": {
-                "Code": _text(code) if code else _STATUS_CODES.get(status, str(status)),
+                "Code": _text(code) if code else fallback,
                 "Message": _text(message) if message else "",
             },
             "ResponseMetadata": {"HTTPStatusCode": status},
@@ -310,6 +333,10 @@ def store_error(error: BaseException, status: int | None, body: bytes | None) ->
     ):
         return botocore.exceptions.NoCredentialsError()
     return error
+
+
+def _crt_name(error: BaseException) -> str:
+    return error.name if isinstance(error, awscrt.exceptions.AwsCrtError) else ""
 
 
 def _text(match: re.Match[bytes]) -> str:

@@ -48,7 +48,7 @@ download:
   window: 16GiB                  # most bytes of raw objects on local disk at once
   concurrency: 32                # requests in flight
   part_size: 8MiB                # ranged GET size for large objects
-  client: classic                # classic (boto3/s3transfer) | crt (awscrt)
+  client: crt                    # crt (awscrt) where installed, else classic (boto3)
   retries: 10
 output:
   ram_dir: /dev/shm/prefetchd
