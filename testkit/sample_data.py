@@ -49,7 +49,12 @@ if TYPE_CHECKING:
 
 Kind = Literal["tfrecord", "raw", "lines", "tar"]
 KINDS: tuple[Kind, ...] = ("tfrecord", "raw", "lines", "tar")
-SUFFIXES: dict[Kind, str] = {"tfrecord": ".tfrecord", "raw": ".bin", "lines": ".jsonl", "tar": ".tar"}
+SUFFIXES: dict[Kind, str] = {
+    "tfrecord": ".tfrecord",
+    "raw": ".bin",
+    "lines": ".jsonl",
+    "tar": ".tar",
+}
 
 MIN_PAYLOAD = 64  # so the demo's "first 64 bytes" model input is always real data
 MAX_RECORDS_PER_OBJECT = 64
