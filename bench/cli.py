@@ -70,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     compile_bytecode()
-    skip_unavailable(args)
     if args.in_netns is None:
         reason = network.can_shape()
         if reason is None:
@@ -83,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         log(f"no network namespace ({reason}): the host's loopback")
         args.host_network = True
+    skip_unavailable(args)
     return run_bench(args)
 
 
