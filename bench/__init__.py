@@ -1,27 +1,36 @@
 """Benchmark prefetchd against what users do today, on a real object store, in one run.
 
-    python -m bench --quick            # < 3 minutes, everyday use
-    python -m bench --network both     # the numbers in docs/benchmarks.md
+    python -m bench --quick            # < 5 minutes, every dataset small: the bars, often
+    python -m bench                    # the numbers in docs/benchmarks.md
     python -m bench --sweep            # the curves in docs/tuning.md
 
 (from the repository root, in a venv with ``.[bench]``; ``scripts/bench.sh`` sets one up.)
 Starts SeaweedFS (or moto, ``--store moto``) on 127.0.0.1, uploads seeded datasets (large:
-64 MiB TFRecord objects; medium: 1-8 MiB TFRecord objects; small: 100-200 KiB raw objects),
-then reads each one with every loader, interleaved, ``--repeats`` times:
+64 MiB TFRecord objects; medium: 1-8 MiB TFRecord objects; small: 64-200 KiB raw objects;
+tfrecord16: 16 MiB TFRecord objects of 64 KiB records; lines: 1-4 MiB JSONL objects of
+~120-byte lines; tar: 2-8 MiB WebDataset tars), then reads each one with every loader that
+reads its format, interleaved, ``--repeats`` times:
 
     ceiling        s5cmd copying the objects to tmpfs (nothing parsed, nothing written twice)
-    ceiling-crt    awscrt.s3.S3Client doing the same (ratios use the faster ceiling)
+    ceiling-crt    awscrt.s3.S3Client doing the same (the CPU bars compare with this one)
     baseline       boto3 inside tf.py_function, map(num_parallel_calls=AUTOTUNE)
     s3fs           s3fs.cat_file inside tf.py_function, the same pipeline
     prefetchd      the daemon (download.client: classic) read through prefetchd.tf.dataset
     prefetchd-crt  the same with download.client: crt
+    lean           the lean design limit: awscrt 16 objects at a time into tmpfs files, each
+                   read by TFRecordDataset once complete (TFRecord datasets only)
     floor          the same records pre-staged on tmpfs, read by TFRecordDataset
 
-As root it runs inside a private network namespace (``bench.network``); ``--network shaped``
-caps each connection from the store at ``--rate-mbit`` (a real store's per-connection limit),
-``loopback`` does not, ``both`` runs both phases. Without root only ``loopback`` is possible,
-on the machine's own loopback. Results: a table with ratios on stdout, ``results.json`` and
-``plot.png`` under ``--out``.
+Networks (``--network``): ``loopback`` (unshaped), ``paced`` (``bench.proxy`` in front of the
+store: 75 MiB/s per connection, 30 ms before each response's first byte; large, medium and
+small, read by the ceiling-crt, the baseline and prefetchd), ``shaped`` (``tc`` caps each
+connection at ``--rate-mbit``; root only). The default, ``bars``, is loopback then paced: the
+networks the issue's bars are judged on; ``both`` is loopback then shaped. As root everything
+runs inside a private network namespace (``bench.network``); without root on the host's
+loopback. Results: a table with ratios, the daemon's CPU per GB, object, record and file
+beside the ceiling's and the lean limit's, and the bars table (``bench.bars``) on stdout, in
+``results.md`` and ``results.json`` (and ``plot.png`` with matplotlib) under ``--out``. What
+cannot run here (no s3fs, s5cmd, awscrt or matplotlib) is skipped with a message.
 
 One module per concern:
 
@@ -31,10 +40,13 @@ One module per concern:
   tools' command lines) and ``readers`` (the trainer-side tf.data pipelines);
 - ``runner``: one measured run of a contender, and the interleaved plan;
 - ``trainer``: the trainer process (``python -m bench.trainer``); ``crt_ceiling``: the awscrt
-  copy tool (``python -m bench.crt_ceiling``); ``sampler``: memory, RAM disk and CPU;
+  copy tool (``python -m bench.crt_ceiling``); ``lean``: the lean limit's downloader
+  (``python -m bench.lean``); ``sampler``: memory, RAM disk, CPU and the daemon's start-up;
 - ``store``: SeaweedFS or moto (launchers in ``testkit``); ``network``: namespace and shaping;
+  ``proxy``: the paced network's proxy (``python -m bench.proxy``);
 - ``environment``: packages, the processes' environment, the machine; ``results``/``report``:
-  outputs and their (pure) arithmetic; ``sweep``: the tuning curves;
+  outputs and their (pure) arithmetic; ``bars``: the issue's bars (pure); ``sweep``: the
+  tuning curves;
 - ``manifest_scale`` and ``shuffle_quality``: benchmarks of their own
   (``python -m bench.manifest_scale``, ``python -m bench.shuffle_quality``).
 """

@@ -1,13 +1,15 @@
 """``python -m bench``: the command line, the network phases and the whole benchmark's run.
 
 See the package docstring (``bench/__init__.py``) for what is measured. As root the benchmark
-re-runs itself inside a private network namespace (``bench.network``) before doing anything.
+re-runs itself inside a private network namespace (``bench.network``) before doing anything;
+without root the loopback and paced phases run on the host's loopback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +31,25 @@ from bench.environment import (
     log,
     machine_info,
     missing_packages,
+    unavailable,
 )
+from bench.proxy import paced_proxy
 from bench.runner import BUCKET, Bench, one_run, plan_runs
 from bench.store import STORES, start_store
 from testkit.s3server import HOST, free_port
 
 S3_PORT = 8333  # inside our own namespace nothing else listens; outside, a free port is used
+PROXY_PORT = S3_PORT + 9  # the store takes S3_PORT .. S3_PORT + 8
 QUICK_GIL_LOADERS = ("baseline", "prefetchd", "floor")  # --quick: the GIL measure for these
 MiB = 1024**2
+NETWORKS = {  # --network -> its phases, in order
+    "bars": ["loopback", "paced"],
+    "auto": ["loopback", "paced"],  # the default, as "bars"
+    "loopback": ["loopback"],
+    "paced": ["paced"],
+    "shaped": ["shaped"],
+    "both": ["loopback", "shaped"],
+}
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -56,19 +70,29 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     compile_bytecode()
-    if args.in_netns is None and args.network != "loopback-host":
+    if args.in_netns is None:
         reason = network.can_shape()
         if reason is None:
             return _in_namespace(argv)
-        if args.network in ("shaped", "both"):
+        if "shaped" in phases(args):
             print(
                 f"bench: --network {args.network} needs a network namespace: {reason}",
                 file=sys.stderr,
             )
             return 2
-        log(f"no network namespace ({reason}): plain loopback on the host")
-        args.network = "loopback-host"
+        log(f"no network namespace ({reason}): the host's loopback")
+        args.host_network = True
+    skip_unavailable(args)
     return run_bench(args)
+
+
+def skip_unavailable(args: argparse.Namespace) -> None:
+    """Drop the loaders that cannot run here, saying why and what to install."""
+    for name in list(args.loaders):
+        reason = unavailable(contenders.BY_NAME[name])
+        if reason is not None:
+            log(reason)
+            args.loaders.remove(name)
 
 
 def _in_namespace(argv: list[str] | None) -> int:
@@ -88,11 +112,7 @@ def _in_namespace(argv: list[str] | None) -> int:
 
 
 def phases(args: argparse.Namespace) -> list[str]:
-    if args.network == "both":
-        return ["loopback", "shaped"]
-    if args.network == "auto":
-        return ["shaped"]
-    return [str(args.network)]
+    return list(NETWORKS[args.network])
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -113,6 +133,9 @@ def run_bench(args: argparse.Namespace) -> int:
         "machine": machine_info(),
         "store": args.store,
         "rate_mbit": args.rate_mbit,
+        "paced_rate_mib": args.paced_rate_mib,
+        "paced_first_byte_ms": args.first_byte_ms,
+        "host_network": args.host_network,
         "load_at_start": os.getloadavg(),
     }
     try:
@@ -132,11 +155,8 @@ def run_bench(args: argparse.Namespace) -> int:
             return run_sweep(args, runner, uploaded, out, meta)
         meta["networks"] = phases(args)
         for phase in phases(args):
-            if phase == "shaped":
-                network.shape(store.port, args.rate_mbit)
-            elif args.in_netns:
-                network.unshape()
-            runs += run_phase(args, runner, uploaded, phase, out, meta, runs)
+            with phase_network(args, runner, store.port, phase) as phase_runner:
+                runs += run_phase(args, phase_runner, uploaded, phase, out, meta, runs)
     except KeyboardInterrupt:
         log("interrupted: reporting the runs that finished")
         meta["interrupted"] = True
@@ -150,6 +170,27 @@ def run_bench(args: argparse.Namespace) -> int:
     if not runs:
         return 130
     return results.report(runs, meta, out)
+
+
+@contextlib.contextmanager
+def phase_network(
+    args: argparse.Namespace, runner: Bench, store_port: int, phase: str
+) -> Iterator[Bench]:
+    """The network of one phase, set up for its runs and taken down after them: the store's
+    port shaped (``shaped``), the pacing proxy in front of the store (``paced``: the runs'
+    endpoint is the proxy's), or plain loopback; yields the ``Bench`` the phase runs with."""
+    if args.in_netns:
+        network.unshape()
+    if phase == "shaped":
+        network.shape(store_port, args.rate_mbit)
+    if phase != "paced":
+        yield runner
+        return
+    port = PROXY_PORT if args.in_netns else free_port()
+    log(f"pacing proxy on {HOST}:{port}: {args.paced_rate_mib} MiB/s per connection, "
+        f"{args.first_byte_ms} ms to each first byte")  # fmt: skip
+    with paced_proxy(store_port, port, args.paced_rate_mib, args.first_byte_ms, runner.env) as url:
+        yield dataclasses.replace(runner, endpoint=url)
 
 
 def upload_all(
@@ -184,29 +225,49 @@ def run_phase(
     meta: dict[str, Any],
     previous: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Every planned run on one network; after each repeat, the GIL runs (``--gil-work``)."""
+    """Every planned run on one network; after each repeat, the GIL runs (``--gil-work``; not
+    in the paced phase), which also time ``prefetchd status`` (bar 6) off the measured runs."""
     runs: list[dict[str, Any]] = []
-    plan = plan_runs(list(uploaded), args.loaders, args.repeats, args.seed)
+    kinds = {name: ds.spec.kind for name, ds in uploaded.items()}
+    every = plan_runs(list(uploaded), args.loaders, args.repeats, args.seed)
+    plan = phase_plan(every, kinds, phase)
     gil_dataset = "medium" if "medium" in uploaded else next(iter(uploaded))
     for i, (repeat, name, loader) in enumerate(plan):
         runs.append(one_run(runner, uploaded[name], loader, phase, repeat))
         results.write_json(out, meta, previous + runs)
         last_of_repeat = i + 1 == len(plan) or plan[i + 1][0] != repeat
-        if last_of_repeat and args.gil_work:
-            for gil_loader in gil_loaders(args):
+        if last_of_repeat and args.gil_work and phase != "paced":
+            for gil_loader in gil_loaders(args, kinds[gil_dataset]):
                 ds = uploaded[gil_dataset]
-                runs.append(one_run(runner, ds, gil_loader, phase, repeat, args.gil_work))
+                probe = gil_loader in contenders.PREFETCHD
+                runs.append(one_run(runner, ds, gil_loader, phase, repeat, args.gil_work, probe))
                 results.write_json(out, meta, previous + runs)
     return runs
 
 
-def gil_loaders(args: argparse.Namespace) -> list[str]:
+def phase_plan(
+    plan: list[tuple[int, str, str]], kinds: Mapping[str, str], phase: str
+) -> list[tuple[int, str, str]]:
+    """The runs of ``plan`` that make sense in ``phase`` (pure): each contender only on the
+    formats it reads, and in the paced phase only the datasets and contenders of its bar."""
+    return [
+        (repeat, name, loader)
+        for repeat, name, loader in plan
+        if contenders.BY_NAME[loader].reads(kinds[name])
+        and (phase != "paced" or (name in datasets.PACED and loader in contenders.PACED))
+    ]
+
+
+def gil_loaders(args: argparse.Namespace, kind: str) -> list[str]:
     """The loaders measured with Python work per batch: not the ceilings (they read no
-    records); with ``--quick`` only those in ``QUICK_GIL_LOADERS``."""
+    records), only those that read the dataset's ``kind``; with ``--quick`` only those in
+    ``QUICK_GIL_LOADERS``."""
     return [
         loader
         for loader in args.loaders
-        if loader not in contenders.CEILINGS and (not args.quick or loader in QUICK_GIL_LOADERS)
+        if loader not in contenders.CEILINGS
+        and contenders.BY_NAME[loader].reads(kind)
+        and (not args.quick or loader in QUICK_GIL_LOADERS)
     ]
 
 
@@ -235,16 +296,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=(bench.__doc__ or "").split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--quick", action="store_true", help="small datasets, 1 repeat: < 3 minutes")
+    p.add_argument(
+        "--quick", action="store_true", help="every dataset small, 1 repeat: < 5 minutes"
+    )
     p.add_argument("--sweep", action="store_true", help="tuning curves (docs/tuning.md)")
     p.add_argument("--store", choices=STORES, default="seaweedfs")
     p.add_argument(
         "--network",
-        choices=("auto", "shaped", "loopback", "both"),
-        default="auto",
-        help="auto: shaped when root can make a network namespace, else host loopback",
+        choices=tuple(NETWORKS),
+        default="bars",
+        help="bars (= auto): loopback, then paced, the networks the bars are judged on; "
+        "both: loopback, then shaped (root only)",
     )
     p.add_argument("--rate-mbit", type=int, default=600, help="per-connection cap when shaped")
+    p.add_argument(
+        "--paced-rate-mib", type=float, default=75.0, help="per-connection pace when paced"
+    )
+    p.add_argument(
+        "--first-byte-ms", type=float, default=30.0, help="each response's first byte when paced"
+    )
     p.add_argument("--repeats", type=int, default=None, help="default 3, --quick 1")
     p.add_argument(
         "--datasets",
@@ -286,6 +356,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _defaults(args: argparse.Namespace, argv: list[str] | None) -> None:
     """What ``--quick`` changes, and the command line as given (for the results)."""
     args.argv = list(argv if argv is not None else sys.argv[1:])
+    args.host_network = False
     if "--in-netns" in args.argv:
         args.argv = args.argv[: args.argv.index("--in-netns")]
     args.repeats = args.repeats or (1 if args.quick else 3)

@@ -5,7 +5,9 @@
 
 The CRT runs HTTP, signing and file writes on its own native threads (``recv_filepath``), so
 no Python touches the bytes. All objects are requested at once; the client's connection limit
-bounds what is in flight. Prints ``objects bytes seconds`` on success. Credentials come from
+bounds what is in flight. Prints ``objects bytes seconds startup_cpu_s`` on success, the last
+being this process's CPU from its start to its first GET (interpreter, imports, listing), so
+the harness can tell the transfer's CPU from the start-up's. Credentials come from
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import threading
 import time
@@ -60,6 +63,8 @@ def main() -> int:
             errors.append(f"{key}: {error}")
         left.release()
 
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    startup_cpu = usage.ru_utime + usage.ru_stime
     requests = []
     for i, (key, _) in enumerate(objects):
         headers = awscrt.http.HttpHeaders([("Host", host)])
@@ -78,7 +83,7 @@ def main() -> int:
     if errors:
         print("\n".join(errors[:5]), file=sys.stderr)
         return 1
-    print(len(objects), sum(size for _, size in objects), f"{elapsed:.3f}")
+    print(len(objects), sum(size for _, size in objects), f"{elapsed:.3f}", f"{startup_cpu:.3f}")
     return 0
 
 

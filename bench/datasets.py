@@ -1,13 +1,16 @@
 """The benchmark's datasets (``--datasets``): seeded, uploaded to the store, and staged on tmpfs
 as the floor's TFRecord files.
 
-Each entry of ``DATASETS`` is one dataset: its format, its object sizes, how many objects by
-default and with ``--quick``; ``--<name>-objects N`` overrides the count. Adding a dataset is one
-row here (the generator, ``testkit.sample_data``, makes ``tfrecord`` and ``raw`` objects).
+Each entry of ``DATASETS`` is one dataset: its format (the daemon's ``source.format``), its
+object sizes, its record size if fixed, how many objects by default and with ``--quick``, and
+whether the paced network phase reads it; ``--<name>-objects N`` overrides the count. Adding a
+dataset is one row here (the generator, ``testkit.sample_data``, makes ``tfrecord``, ``raw``,
+``lines`` and ``tar`` objects).
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,7 @@ from typing import BinaryIO
 
 from testkit import sample_data
 
-MiB = 1024**2
+KiB, MiB = 1024, 1024**2
 FLOOR_FILE_BYTES = 32 * MiB
 
 
@@ -30,18 +33,35 @@ class DatasetDef:
     objects: int  # by default
     quick_objects: int  # with --quick
     sizes_help: str  # for --<name>-objects
+    paced: bool = False  # also read in the paced network phase (bar 7 names it)
+    record_size: int | None = None  # tfrecord: every record this many framed bytes
 
     def spec(self, objects: int) -> DatasetSpec:
-        return DatasetSpec(self.name, self.kind, objects, self.min_size, self.max_size)
+        return DatasetSpec(
+            self.name, self.kind, objects, self.min_size, self.max_size, self.record_size
+        )
 
 
 DATASETS: tuple[DatasetDef, ...] = (
-    DatasetDef("large", "tfrecord", 64 * MiB, 64 * MiB, 32, 2, "64 MiB each"),
-    DatasetDef("medium", "tfrecord", 1 * MiB, 8 * MiB, 300, 24, "1-8 MiB"),
-    DatasetDef("small", "raw", 100 * 1024, 200 * 1024, 5000, 240, "100-200 KiB"),
+    DatasetDef("large", "tfrecord", 64 * MiB, 64 * MiB, 32, 2, "64 MiB each", paced=True),
+    DatasetDef("medium", "tfrecord", 1 * MiB, 8 * MiB, 300, 24, "1-8 MiB", paced=True),
+    DatasetDef("small", "raw", 64 * KiB, 200 * KiB, 5000, 240, "64-200 KiB", paced=True),
+    DatasetDef(
+        "tfrecord16",
+        "tfrecord",
+        16 * MiB,
+        16 * MiB,
+        64,
+        6,
+        "16 MiB each, 64 KiB records",
+        record_size=64 * KiB,
+    ),
+    DatasetDef("lines", "lines", 1 * MiB, 4 * MiB, 100, 4, "1-4 MiB of ~120-byte JSONL lines"),
+    DatasetDef("tar", "tar", 2 * MiB, 8 * MiB, 100, 6, "2-8 MiB WebDataset tars"),
 )
 BY_NAME = {d.name: d for d in DATASETS}
 NAMES = tuple(BY_NAME)
+PACED = tuple(d.name for d in DATASETS if d.paced)
 
 
 @dataclass(frozen=True)
@@ -53,6 +73,7 @@ class DatasetSpec:
     objects: int
     min_size: int
     max_size: int
+    record_size: int | None = None
 
 
 @dataclass
@@ -65,6 +86,7 @@ class Uploaded:
     bytes: int
     records: int
     floor_dir: Path
+    files: int = 0  # files inside the objects: tar members; else one per record
 
 
 def option(name: str) -> str:
@@ -80,28 +102,44 @@ def upload_and_stage(
     sample_data.ensure_bucket(client, bucket)
     sizes = sample_data.object_sizes(spec.objects, spec.min_size, spec.max_size, seed)
     prefix = f"{spec.name}/"
+    kind, record_size = spec.kind, spec.record_size
     uploaded = sample_data.upload_dataset(
-        client, bucket, prefix, kind=spec.kind, sizes=sizes, seed=seed
+        client, bucket, prefix, kind=kind, sizes=sizes, seed=seed, record_size=record_size
     )
     floor = floor_root / spec.name
     floor.mkdir(parents=True)
-    stage_floor(
-        floor, spec.kind, sample_data.generate(prefix, kind=spec.kind, sizes=sizes, seed=seed)
+    objects = sample_data.generate(
+        prefix, kind=kind, sizes=sizes, seed=seed, record_size=record_size
     )
+    stage_floor(floor, kind, objects)
+    records = uploaded["records"]
     return Uploaded(
-        spec, prefix, len(uploaded["keys"]), uploaded["bytes"], uploaded["records"], floor
+        spec,
+        prefix,
+        len(uploaded["keys"]),
+        uploaded["bytes"],
+        records,
+        floor,
+        sample_data.member_files(spec.kind, records),
     )
 
 
 def floor_record(key: str, body: bytes, kind: sample_data.Kind) -> bytes:
     """The framed records prefetchd delivers for one object: TFRecord objects as they are, raw
-    objects as the Example {key, data} the raw format makes."""
+    objects as the Example {key, data} the raw format makes, lines and tar objects as
+    prefetchd's own format parsers read them (from a temporary file on tmpfs)."""
     from prefetchd.tfrecord import frame
     from prefetchd.write.example import encode_example
+    from prefetchd.write.formats import get_format
 
     if kind == "tfrecord":
         return body
-    return frame(encode_example({"key": key.encode(), "data": body}))
+    if kind == "raw":
+        return frame(encode_example({"key": key.encode(), "data": body}))
+    with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="bench-floor-") as f:
+        f.write(body)
+        f.flush()
+        return b"".join(frame(r) for r in get_format(kind).records(key, f.name))
 
 
 def stage_floor(

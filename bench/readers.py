@@ -2,15 +2,21 @@
 
 ``READERS`` maps a reader name (``Contender.reader``) to a function ``(spec, tf) -> Dataset`` of
 serialized records; ``spec`` is the run's JSON spec (``bench.trainer``). All deliver the same
-records: the objects' TFRecord records, or for ``raw`` data one record per object.
+number of records: the objects' TFRecord records, for ``raw`` data one record per object, for
+``lines`` one per non-blank line, for ``tar`` one per sample.
 
 - ``baseline``: what seed users did, done as well as a competent user does it: the key list,
   shuffled, then ``map(tf.py_function(get_object), num_parallel_calls=AUTOTUNE,
-  deterministic=False)`` with one boto3 client whose pool allows 64 connections; TFRecord
-  objects are split into records with a memoryview walk over the frames (no copy but the
-  records themselves), then ``unbatch``.
+  deterministic=False)`` with one boto3 client whose pool allows 64 connections; each object
+  is split in Python as its user would (``SPLITTERS``): TFRecord files with a memoryview walk
+  over the frames (no copy but the records themselves), JSONL by lines, WebDataset tars with
+  ``tarfile`` into samples (label and JSON decoded, the image bytes delivered), then
+  ``unbatch``.
 - ``s3fs``: the same pipeline with ``s3fs.S3FileSystem.cat_file`` instead of boto3.
 - ``prefetchd``: ``prefetchd.tf.dataset(config)``.
+- ``lean``: the lean design limit: files that ``bench.lean`` (awscrt, started by the harness)
+  downloaded straight to tmpfs, each read as soon as its path arrives on a FIFO, with the same
+  interleave of ``TFRecordDataset`` (no cache copy, no re-framing, no mixing).
 - ``floor``: TFRecord files already on tmpfs, read the way ``prefetchd.tf.dataset`` reads
   shards (interleave of ``TFRecordDataset``, cycle 4, then prefetch).
 
@@ -19,10 +25,13 @@ Adding a reader: a function here and an entry in ``READERS``.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import random
 import struct
-from collections.abc import Callable
+import tarfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _HEADER = struct.Struct("<QI")
@@ -41,6 +50,55 @@ def split_tfrecords(blob: bytes) -> list[bytes]:
     return out
 
 
+def split_lines(blob: bytes) -> list[bytes]:
+    """The non-blank lines of a text object, without their line endings."""
+    return [line.rstrip(b"\r") for line in blob.split(b"\n") if line.strip(b"\r")]
+
+
+def split_tar(blob: bytes) -> list[bytes]:
+    """The image bytes of each WebDataset sample of a tar held in memory, the way a user
+    reading one by hand does it: members grouped by basename, ``.cls`` and ``.json`` decoded
+    (a trainer needs the label), one record per sample."""
+    out: list[bytes] = []
+    sample: dict[str, bytes] = {}
+    current = None
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r|") as tar:
+        for member in tar:
+            base, _, ext = member.name.partition(".")
+            if base != current and sample:
+                out.append(_tar_record(sample))
+                sample = {}
+            current = base
+            data = tar.extractfile(member)
+            if data is not None:
+                sample[ext] = data.read()
+    if sample:
+        out.append(_tar_record(sample))
+    return out
+
+
+def _tar_record(sample: dict[str, bytes]) -> bytes:
+    int(sample.get("cls", b"0"))  # what the model would get as its label
+    json.loads(sample.get("json", b"{}"))
+    return sample.get("jpg", b"")
+
+
+SPLITTERS: dict[str, Callable[[bytes], list[bytes]]] = {
+    "tfrecord": split_tfrecords,
+    "raw": lambda blob: [blob],
+    "lines": split_lines,
+    "tar": split_tar,
+}
+
+
+def interleaved_files(files: Any, tf: Any) -> Any:
+    """TFRecord files read as ``prefetchd.tf.dataset`` reads shards: interleave, cycle 4."""
+    ds = files.interleave(
+        lambda p: tf.data.TFRecordDataset(p, buffer_size=8 * 1024 * 1024), cycle_length=4
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
 def floor(spec: dict[str, Any], tf: Any) -> Any:
     """The pre-staged TFRecord files, shuffled, interleaved as prefetchd.tf.dataset does."""
     files = sorted(
@@ -49,10 +107,22 @@ def floor(spec: dict[str, Any], tf: Any) -> Any:
         if n.endswith(".tfrecord")
     )
     random.Random(0).shuffle(files)
-    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
-        lambda p: tf.data.TFRecordDataset(p, buffer_size=8 * 1024 * 1024), cycle_length=4
+    return interleaved_files(tf.data.Dataset.from_tensor_slices(files), tf)
+
+
+def lean(spec: dict[str, Any], tf: Any) -> Any:
+    """The files ``bench.lean`` announces on the FIFO ``spec["lean_fifo"]``, one path a line,
+    read as they complete; the FIFO's end (the downloader closed it) ends the dataset."""
+
+    def paths() -> Iterator[str]:
+        with open(spec["lean_fifo"], encoding="utf-8") as fifo:
+            for line in fifo:
+                yield line.rstrip("\n")
+
+    files = tf.data.Dataset.from_generator(
+        paths, output_signature=tf.TensorSpec(shape=(), dtype=tf.string)
     )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return interleaved_files(files, tf)
 
 
 def prefetchd_dataset(spec: dict[str, Any], tf: Any) -> Any:
@@ -75,11 +145,11 @@ def s3fs_cat(spec: dict[str, Any], tf: Any) -> Any:
 def object_pipeline(spec: dict[str, Any], tf: Any, fetch_bytes: Callable[[str], bytes]) -> Any:
     """Keys listed (lazily, inside the timed part), shuffled, fetched in parallel in Python;
     the fetcher put its lister in ``spec["list_keys"]``."""
-    tfrecord = spec["kind"] == "tfrecord"
+    split = SPLITTERS[spec["kind"]]
 
     def fetch(key: Any) -> Any:
         blob = fetch_bytes(key.numpy().decode())
-        return tf.constant(split_tfrecords(blob) if tfrecord else [blob], dtype=tf.string)
+        return tf.constant(split(blob), dtype=tf.string)
 
     def keys() -> Any:
         listed = spec["list_keys"]()
@@ -152,5 +222,6 @@ READERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "baseline": baseline,
     "s3fs": s3fs_cat,
     "prefetchd": prefetchd_dataset,
+    "lean": lean,
     "floor": floor,
 }

@@ -1,4 +1,5 @@
-"""The benchmark's pure part: medians of interleaved runs, ratios, the issue's bars, the table.
+"""The benchmark's pure part: medians of interleaved runs, ratios, the daemon's CPU split, the
+tables and issue #3's bars (the data-path issue's bars are ``bench.bars``).
 
 A run is a dict with at least ``network``, ``dataset``, ``loader`` and the metrics below; the
 harness (``bench.runner``) produces them, this module only computes. Nothing here measures
@@ -22,6 +23,12 @@ METRICS = (
     "trainer_cpu_s_per_gb",
     "trainer_cpu_steady_s_per_gb",
     "daemon_cpu_s_per_gb",
+    "startup_cpu_s",
+    "data_cpu_s_per_gb",
+    "data_cpu_ms_per_object",
+    "data_cpu_us_per_record",
+    "data_cpu_us_per_file",
+    "status_s",
     "daemon_rss_peak_mib",
     "ram_peak_mib",
     "first_batch_s",
@@ -36,6 +43,23 @@ BAR_CPU_VS_FLOOR = 1.25
 BAR_DAEMON_RSS_MIB = 400.0
 
 Key = tuple[str, str, str]  # (network, dataset, loader)
+
+
+def cpu_split(
+    cpu_s: float | None, *, nbytes: int, objects: int, records: int, files: int
+) -> dict[str, float | None]:
+    """Data-path CPU seconds per GB, milliseconds per object, microseconds per record and per
+    file inside the objects (a tar sample's members); all None without a CPU figure."""
+
+    def per(unit: float, count: int) -> float | None:
+        return None if cpu_s is None or count <= 0 else cpu_s * unit / count
+
+    return {
+        "data_cpu_s_per_gb": None if cpu_s is None or nbytes <= 0 else cpu_s / (nbytes / 1e9),
+        "data_cpu_ms_per_object": per(1e3, objects),
+        "data_cpu_us_per_record": per(1e6, records),
+        "data_cpu_us_per_file": per(1e6, files),
+    }
 
 
 def median_or_none(values: Iterable[float | None]) -> float | None:
@@ -120,6 +144,8 @@ def bars(
     for (network, dataset, loader), r in sorted(rat.items()):
         if dataset.endswith("/gil"):
             continue  # the GIL runs do Python work per batch: they are not throughput runs
+        if network == "paced":
+            continue  # issue #3 had no paced network; its bar there is bench.bars' bar 7
         tag = f"{network}/{dataset}/{loader}"
         if network == "shaped":
             add(f"{tag}: ÷ baseline", r["vs_baseline"], BAR_VS_BASELINE, True)
@@ -182,6 +208,37 @@ def table(summary: dict[Key, dict[str, Any]], rat: dict[Key, dict[str, float | N
     return "\n".join(lines)
 
 
+CPU_LOADERS = ("ceiling", "ceiling-crt", *PREFETCHD, "lean")
+
+
+def cpu_table(summary: dict[Key, dict[str, Any]]) -> str:
+    """The daemon's CPU beside the ceilings' and the lean limit's, per network and dataset:
+    total CPU/GB, start-up CPU to the first GET, the data path's (the rest) per GB, per object,
+    per record and per file, ``prefetchd status``'s wall time, peak RSS."""
+    head = (
+        "| network | dataset | loader | MB/s | CPU s/GB | start-up CPU s | data CPU s/GB "
+        "| data CPU ms/object | data CPU µs/record | data CPU µs/file | status s | RSS MiB |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    order = {name: i for i, name in enumerate(CPU_LOADERS)}
+    keys = [k for k in summary if k[2] in order]
+    for key in sorted(keys, key=lambda k: (k[0], k[1], order.get(k[2], 99))):
+        row = summary[key]
+        cells = [
+            _fmt(row["mb_s"], 0),
+            _fmt(row["daemon_cpu_s_per_gb"], 2),
+            _fmt(row["startup_cpu_s"], 2),
+            _fmt(row["data_cpu_s_per_gb"], 2),
+            _fmt(row["data_cpu_ms_per_object"], 3),
+            _fmt(row["data_cpu_us_per_record"], 1),
+            _fmt(row["data_cpu_us_per_file"], 1),
+            _fmt(row["status_s"], 2),
+            _fmt(row["daemon_rss_peak_mib"], 0),
+        ]
+        lines.append("| " + " | ".join([*key, *cells]) + " |")
+    return "\n".join(lines)
+
+
 def bars_text(checked: list[dict[str, Any]]) -> str:
     lines = []
     for b in checked:
@@ -224,8 +281,14 @@ def plot(summary: dict[Key, dict[str, Any]], path: str, title: str) -> None:
     plt.close(fig)
 
 
-def markdown(meta: dict[str, Any], table_text: str, bars_list: list[dict[str, Any]]) -> str:
-    """The results section of docs/benchmarks.md: machine, versions, command, load, table."""
+def markdown(
+    meta: dict[str, Any],
+    table_text: str,
+    bars_list: list[dict[str, Any]],
+    *sections: str,
+) -> str:
+    """The results section of docs/benchmarks.md: machine, versions, command, load, table,
+    issue #3's bars, then ``sections`` (the CPU table, the bars table) as given."""
     m = meta["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()))
     load0 = " ".join(f"{x:.2f}" for x in meta["load_at_start"])
@@ -242,12 +305,28 @@ def markdown(meta: dict[str, Any], table_text: str, bars_list: list[dict[str, An
             f"Linux {m['kernel']}, Python {m['python']}",
             f"- **Versions**: {versions}",
             f"- **Store**: {meta['store']} on 127.0.0.1; networks: {', '.join(meta['networks'])}"
-            f" (shaped = {meta['rate_mbit']} Mbit/s per connection)",
+            f" ({network_note(meta)})",
             f"- **Datasets**: {sizes}",
             f"- **Command**: `{meta['command']}`",
             "",
             table_text,
             "",
             bars_text(bars_list),
+            *(part for section in sections for part in ("", section)),
         ]
     )
+
+
+def network_note(meta: dict[str, Any]) -> str:
+    """What the shaped and paced networks were, from the run's metadata."""
+    notes = []
+    if "shaped" in meta.get("networks", []):
+        notes.append(f"shaped = {meta['rate_mbit']} Mbit/s per connection")
+    if "paced" in meta.get("networks", []):
+        notes.append(
+            f"paced = {meta.get('paced_rate_mib')} MiB/s per connection and "
+            f"{meta.get('paced_first_byte_ms')} ms before each response's first byte"
+        )
+    if meta.get("host_network"):
+        notes.append("on the host's loopback, no private namespace")
+    return "; ".join(notes) or "loopback unshaped"

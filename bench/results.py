@@ -1,6 +1,7 @@
 """Where a benchmark's numbers go: ``results.json`` (rewritten after every run, so an interrupted
-benchmark keeps what it measured), ``results.md``, ``plot.png`` and the table on stdout. The
-arithmetic is ``bench.report``'s."""
+benchmark keeps what it measured), ``results.md``, ``plot.png`` and, on stdout, the table, the
+daemon's CPU beside the ceilings' and the lean limit's, and the bars table last. The arithmetic
+is ``bench.report``'s and ``bench.bars``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bench import bars as issue_bars
 from bench import report as arithmetic
+from bench.environment import has
 
 
 def write_json(out: Path, meta: dict[str, Any], runs: list[dict[str, Any]], **more: Any) -> None:
@@ -26,6 +29,7 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
     summary = arithmetic.summarize(runs)
     rat = arithmetic.ratios(summary)
     checked = arithmetic.bars(summary, rat)
+    bars = issue_bars.check(summary)
     meta.setdefault("load_at_end", os.getloadavg())
     write_json(
         out,
@@ -34,26 +38,40 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
         summary=[{"key": list(k), **v} for k, v in summary.items()],
         ratios=[{"key": list(k), **v} for k, v in rat.items()],
         bars=checked,
+        issue_bars=bars,
     )
     text = arithmetic.table(summary, rat)
-    (out / "results.md").write_text(arithmetic.markdown(meta, text, checked) + "\n")
+    cpu = "### Daemon CPU beside the ceilings' and the lean limit's\n\n" + arithmetic.cpu_table(
+        summary
+    )
+    bars_section = "### The bars\n\n" + issue_bars.table(bars)
+    md = arithmetic.markdown(meta, text, checked, cpu, bars_section)
+    (out / "results.md").write_text(md + "\n")
+    plotted = write_plot(summary, meta, out)
+    for part in (text, "Issue #3's bars:\n" + arithmetic.bars_text(checked), cpu, bars_section):
+        print("\n" + part)
+    failed = [r for r in runs if r.get("error")]
+    print(
+        f"\n{len(runs) - len(failed)} runs ok, {len(failed)} failed; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; results in {out}/"
+        f"results.json, results.md{', plot.png' if plotted else ''}"
+    )
+    return 1 if failed else 0
+
+
+def write_plot(summary: dict[Any, dict[str, Any]], meta: dict[str, Any], out: Path) -> bool:
+    """``plot.png``, if matplotlib is there (else a message); whether it was written."""
+    if not has("matplotlib"):
+        print("\nno plot.png: matplotlib is not installed (pip install matplotlib)")
+        return False
     title = (
         f"prefetchd bench, {meta['store']}, {meta['machine']['cores']} cores, "
         f"load {meta['load_at_start'][0]:.2f}→{meta['load_at_end'][0]:.2f}"
     )
     with contextlib.suppress(Exception):
         arithmetic.plot(summary, str(out / "plot.png"), title)
-    print()
-    print(text)
-    print()
-    print(arithmetic.bars_text(checked))
-    failed = [r for r in runs if r.get("error")]
-    print(
-        f"\n{len(runs) - len(failed)} runs ok, {len(failed)} failed; load average "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; results in {out}/"
-        "results.json, results.md, plot.png"
-    )
-    return 1 if failed else 0
+        return True
+    return False
 
 
 def rerender(results_json: Path) -> int:
@@ -62,6 +80,6 @@ def rerender(results_json: Path) -> int:
 
     saved = json.loads(results_json.read_text())
     runs = saved.pop("runs")
-    for key in ("summary", "ratios", "bars"):
+    for key in ("summary", "ratios", "bars", "issue_bars"):
         saved.pop(key, None)
     return report(runs, saved, results_json.parent)

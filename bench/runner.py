@@ -1,10 +1,13 @@
 """One run of one contender on one dataset, measured; and the interleaved plan of runs.
 
 A ceiling run times its copy command (``bench.ceilings``) and what it left on tmpfs. A trainer
-run starts a ``bench.trainer`` process, waits for its ``READY``, starts the prefetchd daemon if
-the contender has one, says go, and reads the trainer's ``RESULT``; a sampler records peak
-memory and RAM disk meanwhile. Every process runs from the repository root with the bench's
-environment (``bench.environment.bench_env``).
+run starts a ``bench.trainer`` process, waits for its ``READY``, starts the prefetchd daemon
+(or the lean downloader, ``bench.lean``) if the contender has one, says go, and reads the
+trainer's ``RESULT``; a sampler records peak memory and RAM disk meanwhile, and a start-up
+probe the daemon's CPU at its first GET (and, when asked, how long ``prefetchd status`` takes
+against it). The daemon's CPU is split into start-up (to its first GET) and data path (the
+rest: per GB, per object, per record, ``bench.report.cpu_split``). Every process runs from the
+repository root with the bench's environment (``bench.environment.bench_env``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from bench import ceilings
 from bench.contenders import BY_NAME, Contender
 from bench.datasets import Uploaded
 from bench.environment import ROOT, log
-from bench.sampler import Sampler, children_cpu, dir_bytes
+from bench.report import cpu_split
+from bench.sampler import Sampler, StartupProbe, children_cpu, dir_bytes
 
 BUCKET = "bench"
 MiB = 1024**2
@@ -108,6 +112,7 @@ class Bench:
         shutil.rmtree(target, ignore_errors=True)
         if done.returncode != 0 or got < ds.bytes:
             raise RuntimeError(f"{loader} failed ({done.returncode}): {done.stderr[-500:]}")
+        startup = ceiling_startup_cpu(done.stdout)
         return {
             "mb_s": ds.bytes / wall / 1e6,
             "records_s": None,
@@ -116,6 +121,7 @@ class Bench:
             "bytes": ds.bytes,
             "daemon_cpu_s_per_gb": cpu / (ds.bytes / GB),  # the downloader's own CPU
             "ram_peak_mib": sampler.disk_bytes / MiB,
+            **daemon_split(ds, cpu, startup),
         }
 
     # --- trainers ------------------------------------------------------------------------------
@@ -127,14 +133,18 @@ class Bench:
         *,
         gil_work: int = 0,
         trainer: dict[str, Any] | None = None,
+        probe_status: bool = False,
         **overrides: Any,
     ) -> dict[str, Any]:
         """One trainer run; ``trainer`` adds to its spec, ``overrides`` (``section__key``)
-        change the daemon's config. Raises RuntimeError naming where the run's logs were kept."""
+        change the daemon's config, ``probe_status`` times ``prefetchd status`` against the
+        daemon once its first shard is ready. Raises RuntimeError naming where the run's logs
+        were kept."""
         run_dir = Path(tempfile.mkdtemp(prefix=f"{loader}-{ds.spec.name}-", dir=self.work))
         try:
             contender = BY_NAME[loader]
-            result = self._run_trainer(ds, contender, run_dir, gil_work, trainer or {}, overrides)
+            run = Run(ds, contender, run_dir, gil_work, probe_status)
+            result = self._run_trainer(run, trainer or {}, overrides)
             if self.args.keep_logs:
                 self._keep(run_dir, self.logs.parent / "logs")
             return result
@@ -166,27 +176,27 @@ class Bench:
         }
 
     def _run_trainer(
-        self,
-        ds: Uploaded,
-        contender: Contender,
-        run_dir: Path,
-        gil_work: int,
-        trainer_spec: dict[str, Any],
-        overrides: dict[str, Any],
+        self, run: Run, trainer_spec: dict[str, Any], overrides: dict[str, Any]
     ) -> dict[str, Any]:
-        spec = {**self.trainer_spec(ds, contender, gil_work), **trainer_spec}
-        config = None
+        ds, contender, run_dir = run.ds, run.contender, run.run_dir
+        spec = {**self.trainer_spec(ds, contender, run.gil_work), **trainer_spec}
         if contender.daemon_client is not None:
-            config = self.daemon_config(ds, contender.daemon_client, run_dir, **overrides)
-            spec["config"] = str(config)
-        with self._processes(spec, config, run_dir) as (trainer, daemon):
+            run.config = self.daemon_config(ds, contender.daemon_client, run_dir, **overrides)
+            spec["config"] = str(run.config)
+        if contender.lean:
+            spec["lean_fifo"] = str(run_dir / "lean.fifo")
+            os.mkfifo(spec["lean_fifo"], 0o600)
+        with self._processes(spec, run) as (trainer, daemon):
             ram_dir = self.ram / run_dir.name if daemon is not None else None
             sampler = Sampler(daemon.pid if daemon else None, trainer.pid, ram_dir)
             sampler.start()
+            probe = self._probe(run, daemon)
             try:
                 result = read_result(trainer, run_dir)
                 (run_dir / "result.json").write_text(json.dumps(result))
                 trainer.wait(TRAINER_EXIT_TIMEOUT)
+                if probe is not None:
+                    probe.stop()  # its status command must not count as the daemon's CPU
                 daemon_cpu = None if daemon is None else wait_daemon(daemon, run_dir)
             finally:
                 sampler.stop()
@@ -194,14 +204,35 @@ class Bench:
             raise RuntimeError(
                 f"{contender.name} delivered {result['records']} of {ds.records} records"
             )
-        return trainer_metrics(result, sampler, daemon_cpu, with_daemon=daemon is not None)
+        startup = probe.startup_cpu_s if probe is not None else lean_startup_cpu(daemon)
+        metrics = trainer_metrics(result, sampler, daemon_cpu, with_daemon=daemon is not None)
+        metrics.update(daemon_split(ds, daemon_cpu, startup))
+        if probe is not None and run.probe_status:
+            metrics.update(status_s=probe.status_s, status_error=probe.status_error)
+        return metrics
+
+    def _probe(self, run: Run, daemon: subprocess.Popen[bytes] | None) -> StartupProbe | None:
+        """A prefetchd daemon's start-up probe, started (None for anything else)."""
+        if daemon is None or run.config is None:
+            return None
+        status = None
+        if run.probe_status:
+            status = [sys.executable, "-m", "prefetchd", "status", "--config", str(run.config)]
+            status.append("--json")
+        ram_dir = self.ram / run.run_dir.name
+        tmp = self.cache_root / run.run_dir.name / ".tmp"
+        shards = (ram_dir / "ready", ram_dir / "claimed")
+        probe = StartupProbe(daemon.pid, tmp, status, shards, self.env)
+        probe.start()
+        return probe
 
     @contextmanager
     def _processes(
-        self, spec: dict[str, Any], config: Path | None, run_dir: Path
+        self, spec: dict[str, Any], run: Run
     ) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[bytes] | None]]:
-        """The trainer, started and READY; then the daemon (if ``config``), and go. Whatever
-        still runs at the end is killed."""
+        """The trainer, started and READY; then the daemon (prefetchd or lean, if the run has
+        one), and go. Whatever still runs at the end is killed."""
+        run_dir = run.run_dir
         trainer = subprocess.Popen(
             [sys.executable, "-m", "bench.trainer", json.dumps(spec)],
             stdin=subprocess.PIPE,
@@ -217,8 +248,10 @@ class Bench:
             line = trainer.stdout.readline()
             if line.strip() != "READY":
                 raise RuntimeError(f"trainer did not start: {line!r}; see {run_dir}/trainer.log")
-            if config is not None:
-                daemon = self._start_daemon(config, run_dir)
+            if run.config is not None:
+                daemon = self._start_daemon(run.config, run_dir)
+            elif run.contender.lean:
+                daemon = self._start_lean(run.ds, spec["lean_fifo"], run_dir)
             trainer.stdin.write("go\n")
             trainer.stdin.flush()
             yield trainer, daemon
@@ -238,6 +271,60 @@ class Bench:
             cwd=ROOT,
             start_new_session=True,
         )
+
+    def _start_lean(self, ds: Uploaded, fifo: str, run_dir: Path) -> subprocess.Popen[bytes]:
+        """``bench.lean`` downloading ``ds`` to the run's RAM disk dir, announcing files on
+        ``fifo``; its stdout (one JSON line at the end) is read by ``lean_startup_cpu``."""
+        cmd = [sys.executable, "-m", "bench.lean", self.endpoint, BUCKET, ds.prefix]
+        return subprocess.Popen(
+            [*cmd, str(self.ram / run_dir.name), fifo, "--seed", str(self.args.seed)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=open(run_dir / "lean.log", "wb"),
+            env=self.env,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+
+
+@dataclass
+class Run:
+    """One trainer run: what is read by whom, where its files go, what else it measures."""
+
+    ds: Uploaded
+    contender: Contender
+    run_dir: Path
+    gil_work: int = 0
+    probe_status: bool = False
+    config: Path | None = None  # the prefetchd daemon's, when the contender has one
+
+
+def ceiling_startup_cpu(stdout: str) -> float | None:
+    """The start-up CPU a ceiling printed (``bench.crt_ceiling``'s 4th field), or None."""
+    fields = stdout.split()
+    try:
+        return float(fields[3]) if len(fields) >= 4 else None
+    except ValueError:
+        return None
+
+
+def lean_startup_cpu(daemon: subprocess.Popen[bytes] | None) -> float | None:
+    """The start-up CPU ``bench.lean`` reported on its last stdout line, or None."""
+    if daemon is None or daemon.stdout is None:
+        return None
+    lines = daemon.stdout.read().decode(errors="replace").strip().splitlines()
+    try:
+        value = json.loads(lines[-1]).get("startup_cpu_s") if lines else None
+    except ValueError:
+        return None
+    return None if value is None else float(value)
+
+
+def daemon_split(ds: Uploaded, cpu: float | None, startup: float | None) -> dict[str, Any]:
+    """The daemon's start-up CPU and its data path's (the rest) per GB, object, record, file."""
+    data = None if cpu is None or startup is None else cpu - startup
+    split = cpu_split(data, nbytes=ds.bytes, objects=ds.objects, records=ds.records, files=ds.files)
+    return {"startup_cpu_s": startup, **split}
 
 
 def wait_daemon(daemon: subprocess.Popen[bytes], run_dir: Path) -> float:
@@ -308,7 +395,13 @@ def plan_runs(
 
 
 def one_run(
-    bench: Bench, ds: Uploaded, loader: str, network: str, repeat: int, gil_work: int = 0
+    bench: Bench,
+    ds: Uploaded,
+    loader: str,
+    network: str,
+    repeat: int,
+    gil_work: int = 0,
+    probe_status: bool = False,
 ) -> dict[str, Any]:
     """One run's row; a failure is recorded in it (``error``), not raised."""
     run: dict[str, Any] = {
@@ -322,7 +415,7 @@ def one_run(
         if BY_NAME[loader].role == "ceiling":
             run.update(bench.run_ceiling(ds, loader))
         else:
-            run.update(bench.run_trainer(ds, loader, gil_work=gil_work))
+            run.update(bench.run_trainer(ds, loader, gil_work=gil_work, probe_status=probe_status))
     except Exception as exc:
         run["error"] = str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
     run["load_after"] = os.getloadavg()

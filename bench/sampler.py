@@ -1,15 +1,19 @@
 """What a run costs, sampled while it runs: peak RSS of the daemon's process tree and of the
-trainer, peak bytes under a directory (the RAM disk, a ceiling's target), and children's CPU."""
+trainer, peak bytes under a directory (the RAM disk, a ceiling's target), children's CPU, and
+the daemon's start-up (``StartupProbe``: CPU to its first GET, ``prefetchd status``'s wall)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import resource
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 INTERVAL = 0.1
+STARTUP_INTERVAL = 0.005  # how often the start-up probe looks for the first GET
 
 
 class Sampler(threading.Thread):
@@ -62,3 +66,90 @@ def children_cpu() -> float:
     """CPU seconds (user + system) of this process's waited-for children so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants, from ``/proc/<pid>/task/*/children`` (cheaper than a scan
+    of every process, so it can run every few milliseconds)."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with contextlib.suppress(OSError):
+                    kids = Path(f"/proc/{current}/task/{task}/children").read_text().split()
+                    todo.extend(int(k) for k in kids)
+    return pids
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and its living descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for current in tree_pids(pid):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+class StartupProbe(threading.Thread):
+    """A daemon's start-up, watched: the CPU of its process tree when its first GET begins
+    (the first file in its download temp dir: a ``.part`` is created just before its GET is
+    sent), and then, if ``status_cmd`` is given, the wall time of that command once the first
+    shard is published (in one of ``shard_dirs``, ready or already claimed: the daemon is
+    running and busy). Results: ``startup_cpu_s``, ``status_s``
+    (None if not measured), ``status_error``. ``stop()`` ends it and waits for the command."""
+
+    def __init__(
+        self,
+        daemon_pid: int,
+        tmp_dir: Path,
+        status_cmd: list[str] | None = None,
+        shard_dirs: tuple[Path, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.daemon_pid, self.tmp_dir, self.shard_dirs = daemon_pid, tmp_dir, shard_dirs
+        self.status_cmd, self.env = status_cmd, env
+        self.startup_cpu_s: float | None = None
+        self.status_s: float | None = None
+        self.status_error: str | None = None
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        if not self._wait_for_file((self.tmp_dir,), STARTUP_INTERVAL):
+            return
+        self.startup_cpu_s = tree_cpu(self.daemon_pid)
+        if self.status_cmd is None or not self.shard_dirs:
+            return
+        if self._wait_for_file(self.shard_dirs, INTERVAL / 5):
+            self._time_status(self.status_cmd)
+
+    def _wait_for_file(self, directories: tuple[Path, ...], interval: float) -> bool:
+        """Whether a file appeared in one of ``directories`` before ``stop()``."""
+        while not self._stop_event.is_set():
+            if any(_has_entries(directory) for directory in directories):
+                return True
+            self._stop_event.wait(interval)
+        return False
+
+    def _time_status(self, cmd: list[str]) -> None:
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - t0
+        if done.returncode == 0:
+            self.status_s = wall
+        else:
+            self.status_error = f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def _has_entries(directory: Path) -> bool:
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        return any(True for _ in entries)
+    return False

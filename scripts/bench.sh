@@ -5,8 +5,9 @@
 # the test venv (.venv) is not reinstalled back and forth. Run as root to get the shaped network
 # (a network namespace).
 #
-#   scripts/bench.sh --quick              # under 3 minutes
-#   scripts/bench.sh --network both       # what docs/benchmarks.md shows
+#   scripts/bench.sh --quick              # under 5 minutes: every dataset, the bars
+#   scripts/bench.sh                      # what docs/benchmarks.md shows (loopback, paced)
+#   scripts/bench.sh --network both       # loopback, then the tc-shaped network (root)
 #   scripts/bench.sh --sweep              # the curves behind docs/tuning.md
 #   scripts/bench.sh --help               # every option
 set -euo pipefail

@@ -1,12 +1,18 @@
 """Seeded synthetic datasets in an S3 bucket, with ids to check exactly-once delivery.
 
-Two kinds, matching prefetchd's formats:
+Four kinds, matching prefetchd's formats:
 
 - ``tfrecord``: each object is a TFRecord file; each record is a ``tf.train.Example`` with
   ``id`` (int64, unique across the dataset) and ``payload`` (random, incompressible bytes).
-  Encoded without TensorFlow (``prefetchd.write.example`` and ``prefetchd.tfrecord``).
+  Encoded without TensorFlow (``prefetchd.write.example`` and ``prefetchd.tfrecord``). Record
+  sizes follow the object size (``plan_records``) unless ``record_size`` fixes them.
 - ``raw``: each object is random bytes; prefetchd turns it into one Example whose ``key`` is
   the object key, so the keys are the sample ids.
+- ``lines``: each object is JSONL (``.jsonl``), one ~``LINE_BYTES`` line per record:
+  ``{"id":N,"label":L,"text":"<hex>"}``; the ids are the records' ids.
+- ``tar``: each object is a WebDataset tar (``.tar``, ustar, fixed metadata) of samples named
+  by their id, each with the members of ``TAR_MEMBERS``: a random ``.jpg``-like blob of
+  ``TAR_BLOB_MIN``..``TAR_BLOB_MAX`` bytes, a ``.cls`` label and a ``.json`` description.
 
 The same seed and arguments always produce the same keys and bytes. Object sizes are drawn
 log-uniformly between the minimum and maximum, so small and large objects are both common.
@@ -21,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import math
 import os
 import random
 import sys
+import tarfile
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,12 +47,23 @@ from prefetchd.write.example import encode_example
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-Kind = Literal["tfrecord", "raw"]
-KINDS: tuple[Kind, ...] = ("tfrecord", "raw")
+Kind = Literal["tfrecord", "raw", "lines", "tar"]
+KINDS: tuple[Kind, ...] = ("tfrecord", "raw", "lines", "tar")
+SUFFIXES: dict[Kind, str] = {
+    "tfrecord": ".tfrecord",
+    "raw": ".bin",
+    "lines": ".jsonl",
+    "tar": ".tar",
+}
 
 MIN_PAYLOAD = 64  # so the demo's "first 64 bytes" model input is always real data
 MAX_RECORDS_PER_OBJECT = 64
 UPLOAD_THREADS = 4
+LINE_BYTES = 120  # a lines record is LINE_BYTES +- LINE_SPREAD bytes, newline included
+LINE_SPREAD = 20
+LABELS = 1000
+TAR_MEMBERS = ("jpg", "cls", "json")  # the files of one tar sample, in their order in the tar
+TAR_BLOB_MIN, TAR_BLOB_MAX = 10 * 1024, 60 * 1024
 
 
 class Dataset(TypedDict):
@@ -56,8 +75,8 @@ class Dataset(TypedDict):
     keys: list[str]  # every object key, in upload order (raw: these are the samples' ids)
     sizes: dict[str, int]  # key -> object size in bytes
     sha256: dict[str, str]  # key -> hex digest of the object's bytes
-    ids: list[int]  # tfrecord: every record id, each unique; raw: empty
-    records: int  # records one epoch delivers (tfrecord: len(ids); raw: len(keys))
+    ids: list[int]  # every record id (a line's, a tar sample's), each unique; raw: empty
+    records: int  # records one epoch delivers (raw: len(keys); every other kind: len(ids))
     bytes: int  # total object bytes
 
 
@@ -101,6 +120,13 @@ def plan_records(object_size: int, max_id: int) -> tuple[int, int]:
     return count, max(MIN_PAYLOAD, payload)
 
 
+def plan_fixed_records(object_size: int, record_size: int, max_id: int) -> tuple[int, int]:
+    """``(count, payload_size)`` for records of ``record_size`` framed bytes each (at least
+    one record, and at least ``MIN_PAYLOAD`` bytes of payload), filling ``object_size``."""
+    payload = max(MIN_PAYLOAD, record_size - record_overhead(max_id, record_size))
+    return max(1, object_size // record_size), payload
+
+
 def tfrecord_object(ids: Sequence[int], record_size: int, rng: random.Random) -> bytes:
     """A TFRecord file with one record per id, each with ``record_size`` random payload bytes."""
     return b"".join(record(i, rng.randbytes(record_size)) for i in ids)
@@ -110,9 +136,56 @@ def raw_object(size: int, rng: random.Random) -> bytes:
     return rng.randbytes(size)
 
 
+def json_line(record_id: int, rng: random.Random) -> bytes:
+    """One JSONL record of ``LINE_BYTES`` +- ``LINE_SPREAD`` bytes, its newline included."""
+    head = f'{{"id":{record_id},"label":{rng.randrange(LABELS)},"text":"'.encode()
+    length = LINE_BYTES + rng.randint(-LINE_SPREAD, LINE_SPREAD) - len(head) - 3
+    text = rng.randbytes((max(1, length) + 1) // 2).hex()[: max(1, length)]
+    return head + text.encode() + b'"}\n'
+
+
+def lines_object(first_id: int, size: int, rng: random.Random) -> tuple[bytes, list[int]]:
+    """A JSONL object of at least one line and about ``size`` bytes; its lines' ids."""
+    lines: list[bytes] = []
+    total = 0
+    while not lines or total < size:
+        lines.append(json_line(first_id + len(lines), rng))
+        total += len(lines[-1])
+    return b"".join(lines), list(range(first_id, first_id + len(lines)))
+
+
+def tar_sample(sample_id: int, rng: random.Random) -> list[tuple[str, bytes]]:
+    """The member files of one WebDataset sample, named ``<id>.<ext>``, as ``TAR_MEMBERS``."""
+    label = rng.randrange(LABELS)
+    blob = rng.randbytes(rng.randint(TAR_BLOB_MIN, TAR_BLOB_MAX))
+    meta = {"id": sample_id, "label": label, "width": 224, "height": 224, "bytes": len(blob)}
+    name = f"{sample_id:09d}"
+    contents = {"jpg": blob, "cls": str(label).encode(), "json": json.dumps(meta).encode()}
+    return [(f"{name}.{ext}", contents[ext]) for ext in TAR_MEMBERS]
+
+
+def tar_object(first_id: int, size: int, rng: random.Random) -> tuple[bytes, list[int]]:
+    """A tar of at least one sample and about ``size`` bytes (ustar, mtime 0, mode 0644, no
+    owner: the same bytes every time); its samples' ids."""
+    out = io.BytesIO()
+    ids: list[int] = []
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        while not ids or out.tell() < size:
+            ids.append(first_id + len(ids))
+            for name, data in tar_sample(ids[-1], rng):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue(), ids
+
+
+def member_files(kind: Kind, records: int) -> int:
+    """The files inside a dataset's objects: a tar sample's members, or one per record."""
+    return records * len(TAR_MEMBERS) if kind == "tar" else records
+
+
 def object_key(prefix: str, kind: Kind, index: int) -> str:
-    suffix = ".tfrecord" if kind == "tfrecord" else ".bin"
-    return f"{prefix}{index:06d}{suffix}"
+    return f"{prefix}{index:06d}{SUFFIXES[kind]}"
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -122,9 +195,16 @@ def normalize_prefix(prefix: str) -> str:
 
 
 def generate(
-    prefix: str, *, kind: Kind, sizes: Sequence[int], seed: int, first_id: int = 0
+    prefix: str,
+    *,
+    kind: Kind,
+    sizes: Sequence[int],
+    seed: int,
+    first_id: int = 0,
+    record_size: int | None = None,
 ) -> Iterator[tuple[str, bytes, list[int]]]:
-    """Yield ``(key, body, record_ids)`` for each object, deterministically from ``seed``."""
+    """Yield ``(key, body, record_ids)`` for each object, deterministically from ``seed``;
+    ``record_size`` (tfrecord only) fixes the framed size of every record."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     prefix = normalize_prefix(prefix)
@@ -135,10 +215,22 @@ def generate(
         if kind == "raw":
             yield key, raw_object(size, rng), []
             continue
-        count, payload = plan_records(size, next_id + MAX_RECORDS_PER_OBJECT)
+        if kind in ("lines", "tar"):
+            body, ids = (lines_object if kind == "lines" else tar_object)(next_id, size, rng)
+            next_id += len(ids)
+            yield key, body, ids
+            continue
+        count, payload = _tfrecord_plan(size, next_id, record_size)
         ids = list(range(next_id, next_id + count))
         next_id += count
         yield key, tfrecord_object(ids, payload, rng), ids
+
+
+def _tfrecord_plan(size: int, next_id: int, record_size: int | None) -> tuple[int, int]:
+    if record_size is None:
+        return plan_records(size, next_id + MAX_RECORDS_PER_OBJECT)
+    # The largest id this object can hold sizes the varint: at most one record per byte.
+    return plan_fixed_records(size, record_size, next_id + max(1, size // record_size))
 
 
 # --- reading back without TensorFlow -------------------------------------------------------
@@ -258,11 +350,13 @@ def upload_dataset(
     sizes: Sequence[int],
     seed: int,
     first_id: int = 0,
+    record_size: int | None = None,
 ) -> Dataset:
     """Generate one object per entry of ``sizes`` (bytes) and put them under ``prefix``.
 
-    Returns what was uploaded (keys, sizes, digests, record ids). tfrecord ids run from
-    ``first_id`` upwards, so two datasets with disjoint id ranges can share a bucket.
+    Returns what was uploaded (keys, sizes, digests, record ids). Record ids run from
+    ``first_id`` upwards, so two datasets with disjoint id ranges can share a bucket;
+    ``record_size`` is ``generate``'s.
     """
     dataset: Dataset = {
         "kind": kind,
@@ -284,7 +378,10 @@ def upload_dataset(
     # puts. The executor's map is lazy only in results, so bound the bodies held in memory.
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         pending: list[Any] = []
-        for item in generate(prefix, kind=kind, sizes=sizes, seed=seed, first_id=first_id):
+        items = generate(
+            prefix, kind=kind, sizes=sizes, seed=seed, first_id=first_id, record_size=record_size
+        )
+        for item in items:
             key, body, ids = item
             dataset["keys"].append(key)
             dataset["sizes"][key] = len(body)
@@ -296,7 +393,7 @@ def upload_dataset(
                 pending.pop(0).result()
         for future in pending:
             future.result()
-    dataset["records"] = len(dataset["ids"]) if kind == "tfrecord" else len(dataset["keys"])
+    dataset["records"] = len(dataset["keys"]) if kind == "raw" else len(dataset["ids"])
     return dataset
 
 
@@ -323,7 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-size", type=_size_arg, default=1024, help="e.g. 1KiB")
     parser.add_argument("--max-size", type=_size_arg, default=4 * 1024**2, help="e.g. 4MiB")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--first-id", type=int, default=0, help="first tfrecord record id")
+    parser.add_argument("--first-id", type=int, default=0, help="first record id")
+    parser.add_argument(
+        "--record-size", type=_size_arg, default=None, help="tfrecord: every record this size"
+    )
     parser.add_argument("--summary-json", help="also write the full dataset description here")
     args = parser.parse_args(argv)
     if args.objects < 1:
@@ -343,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes=sizes,
         seed=args.seed,
         first_id=args.first_id,
+        record_size=args.record_size,
     )
     elapsed = time.monotonic() - started
     print(
