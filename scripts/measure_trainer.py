@@ -53,6 +53,7 @@ LOADERS = ("floor", "lean", "prefetchd")
 START_TIMEOUT = 60.0
 RUN_TIMEOUT = 600.0
 WEED = Path("/work/bench-tools/bin/weed")
+PY_SPY = WEED.with_name("py-spy")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -238,6 +239,7 @@ class Runner:
     ram: Path
     env: dict[str, str]
     trainer_args: dict[str, Any]
+    py_spy: str | None = None
 
     def run(self, loader: str) -> dict[str, Any]:
         run_dir = Path(tempfile.mkdtemp(prefix=f"{loader}-", dir=self.work))
@@ -254,7 +256,7 @@ class Runner:
     def _run(self, spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         with open(run_dir / "trainer.log", "wb") as err:
             trainer = self._popen([__file__, "--trainer", json.dumps(spec)], err, pipe=True)
-        daemon = None
+        daemon = spy = None
         try:
             assert trainer.stdin is not None and trainer.stdout is not None
             if trainer.stdout.readline().strip() != b"READY":
@@ -264,19 +266,30 @@ class Runner:
                     daemon = self._popen(
                         ["-m", "prefetchd", "run", "--config", spec["config"]], err
                     )
+            spy = self._py_spy(trainer.pid, spec["loader"])
             trainer.stdin.write(b"go\n")
             trainer.stdin.flush()
             result = _read_result(trainer, run_dir)
+            if spy is not None:
+                spy.wait(30)
             if daemon is not None and daemon.wait(60) != 0:
                 raise RuntimeError(
                     f"daemon exited {daemon.returncode}:\n{_tail(run_dir / 'daemon.log')}"
                 )
             return result
         finally:
-            for proc in (trainer, daemon):
+            for proc in (trainer, daemon, spy):
                 if proc is not None and proc.poll() is None:
                     proc.kill()
                     proc.wait()
+
+    def _py_spy(self, pid: int, loader: str) -> subprocess.Popen[bytes] | None:
+        """``py-spy record --native`` on the trainer, collapsed stacks per thread."""
+        if not self.py_spy:
+            return None
+        out = f"{self.py_spy}-{loader}-{time.strftime('%H%M%S')}.txt"
+        cmd = [str(PY_SPY), "record", "-p", str(pid), "-n", "-t", "-f", "raw", "-o", out]
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _popen(self, args: list[str], err: Any, *, pipe: bool = False) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -340,17 +353,33 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's live threads, summed by thread name (``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")")[1].split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def measure(ds: Any) -> dict[str, Any]:
     """Read everything; the trainer's CPU and wall time, total and after the first batch."""
     records = nbytes = 0
+    threads0 = thread_cpu()
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     cpu_first = t_first = None
-    for _, n, size in ds:
+    batches = iter(ds)  # kept until its threads' CPU is read below
+    for _, n, size in batches:
         if cpu_first is None:
             cpu_first, t_first = cpu_seconds(), time.perf_counter()
         records += int(n)
         nbytes += int(size)
     cpu1, t1 = cpu_seconds(), time.perf_counter()
+    threads = {k: v - threads0.get(k, 0.0) for k, v in thread_cpu().items()}
+    del batches
     return {
         "records": records,
         "bytes": nbytes,
@@ -358,6 +387,7 @@ def measure(ds: Any) -> dict[str, Any]:
         "cpu_s": cpu1 - cpu0,
         "cpu_steady_s": cpu1 - (cpu_first if cpu_first is not None else cpu0),
         "first_batch_s": (t_first if t_first is not None else t1) - t0,
+        "threads_cpu_s": {k: round(v, 3) for k, v in threads.items() if v > 0},
     }
 
 
@@ -429,7 +459,8 @@ def harness(args: argparse.Namespace) -> int:
         store = start_store(args.store, args.port)
         try:
             upload(store.endpoint, files)
-            runner = Runner(floor, store.endpoint, work, ram, env, json.loads(args.trainer_json))
+            extra = json.loads(args.trainer_json)
+            runner = Runner(floor, store.endpoint, work, ram, env, extra, args.py_spy)
             runs = rounds(runner, args.loaders, args.repeats)
         finally:
             store.stop()
@@ -467,6 +498,7 @@ def main() -> int:
         "--trainer-json", default="{}", help='extra trainer spec, e.g. {"dataset_kwargs": {...}}'
     )
     p.add_argument("--json", help="write every run's result to this file")
+    p.add_argument("--py-spy", help="profile each trainer: PREFIX-LOADER-TIME.txt (raw, --native)")
     args = p.parse_args()
     if args.trainer:
         return trainer_main(args.trainer)
