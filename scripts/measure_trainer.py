@@ -288,7 +288,7 @@ class Runner:
         if not self.py_spy:
             return None
         out = f"{self.py_spy}-{loader}-{time.strftime('%H%M%S')}.txt"
-        cmd = [str(PY_SPY), "record", "-p", str(pid), "-n", "-t", "-f", "raw", "-o", out]
+        cmd = [str(PY_SPY), "record", "-p", str(pid), "-t", "-f", "raw", "-o", out]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _popen(self, args: list[str], err: Any, *, pipe: bool = False) -> subprocess.Popen[bytes]:
@@ -354,13 +354,17 @@ def cpu_seconds() -> float:
 
 
 def thread_cpu() -> dict[str, float]:
-    """CPU seconds of this process's live threads, summed by thread name (``/proc``)."""
+    """CPU seconds of this process's live threads (``/proc``): Python threads by name, the
+    rest (TensorFlow's) summed as ``native``."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(OSError):
-            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-            name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")")[1].split()
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")")[1].split()
+            name = names.get(int(tid), "native")
             out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
 
