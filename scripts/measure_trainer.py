@@ -7,12 +7,13 @@ One command, one run, three trainers measured interleaved (floor, lean, prefetch
 ``--repeats`` times), each a fresh process that reports its own CPU per GiB:
 
     floor      the TFRecord files already on tmpfs, one ``TFRecordDataset`` over all of them
-    lean       the same files, ``interleave(TFRecordDataset, cycle_length=2)`` then ``prefetch``
+    lean       the same files, ``interleave(TFRecordDataset, cycle_length=2)``
     prefetchd  the same records as objects in a local S3 server (SeaweedFS from
                /work/bench-tools/bin/weed, or moto), the real daemon started next to the
                trainer, read through ``prefetchd.tf.dataset(config)``
 
-Records are 64 KiB of random bytes; every trainer batches 32 records into a Python loop. A
+Records are 64 KiB of random bytes; every trainer batches 32 records, computes each batch's
+size in the graph, prefetches batches (AUTOTUNE) and pulls them in a Python loop. A
 trainer's CPU is its own ``getrusage`` user+system time, clock started once TensorFlow is
 imported and the pipeline built (the daemon's CPU is not the trainer's: the daemon runs in
 its own processes and is started at the same moment the clock starts). Prints medians and the
@@ -340,7 +341,6 @@ def build(spec: dict[str, Any], tf: Any) -> Any:
             ds = tf.data.Dataset.from_tensor_slices(files).interleave(
                 tf.data.TFRecordDataset, cycle_length=2
             )
-        ds = ds.prefetch(tf.data.AUTOTUNE)
     # As in the bench: the loop gets each batch and its sizes, computed in the graph.
     sized = ds.batch(BATCH).map(
         lambda b: (b, tf.size(b), tf.reduce_sum(tf.strings.length(b, unit="BYTE")))
