@@ -12,9 +12,11 @@ from prefetchd import __version__
 from prefetchd.config import Config, load_config
 from prefetchd.errors import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE, PrefetchdError
 from prefetchd.layout import Layout
-from prefetchd.logs import redact, setup_logging
 from prefetchd.supervise.status import is_running, read_status, render_table
 from prefetchd.supervise.status_record import StatusRecord
+
+# What only `run` or `check` needs (the supervisor, boto3, logging set-up) is imported inside
+# those commands: `prefetchd status` must answer in a fraction of a second.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             return _status(config, as_json=args.json, watch=args.watch)
         return _check(config)
     except PrefetchdError as exc:
+        from prefetchd.logs import redact
+
         print(f"prefetchd: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -54,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(config: Config) -> int:
+    from prefetchd.logs import setup_logging
     from prefetchd.supervise.supervisor import Supervisor
 
     setup_logging(config.log.level, "supervisor")
@@ -119,6 +124,7 @@ def watch_frame(text: str, *, tty: bool) -> str:
 
 def _check(config: Config) -> int:
     from prefetchd.check import run_checks
+    from prefetchd.logs import redact
 
     findings = run_checks(config)
     for finding in findings:
