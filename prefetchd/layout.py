@@ -77,6 +77,24 @@ def parse_shard_name(name: str) -> tuple[int, int, int] | None:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
+def writer_claim_prefix(writer: int) -> str:
+    """Every object writer ``writer`` has claimed is named ``<this><obj>`` in ``cache/claimed``."""
+    return f"w{writer}-"
+
+
+def writer_claim_name(writer: int, obj: str) -> str:
+    return writer_claim_prefix(writer) + obj
+
+
+def claimed_object(name: str) -> str | None:
+    """The object name inside a writer's claim ``w<i>-<obj>``, or None if ``name`` is not one."""
+    writer, sep, obj = name.partition("-")
+    index = writer[1:]
+    if writer[:1] != "w" or not (index.isascii() and index.isdigit()) or not sep:
+        return None
+    return obj if parse_object_name(obj) is not None else None
+
+
 def claim_name(owner: str, shard: str) -> str:
     """``owner`` identifies one trainer process: its pid plus a random tag, because trainers in
     other containers (other PID namespaces) may share the RAM disk."""

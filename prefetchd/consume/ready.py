@@ -156,7 +156,8 @@ class ReadyFiles(Iterator[str]):
         self._covered, self._since = self._since, []
         # Shards the saved position covered that have not come back yet (their dead owner's
         # claims are returned about once a second) stay covered by this one too.
-        consumed = [n.partition("-")[2] for n in self._covered] + sorted(self._skip)
+        covered = [claim[1] for claim in map(parse_claim_name, self._covered) if claim]
+        consumed = covered + sorted(self._skip)
         # A retained shard of an earlier epoch may come back after a crash: resume from there.
         epochs = [p[0] for p in map(parse_shard_name, consumed) if p is not None]
         return Position(min([self._epoch, *epochs]), frozenset(consumed)).to_json()

@@ -44,6 +44,7 @@ from prefetchd.errors import RuntimeFailure
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
+    claimed_object,
     key_hash,
     object_name,
     open_append,
@@ -192,7 +193,9 @@ class Downloader:
         held: dict[str, int] = {}
         for directory in (self.layout.cache_ready, self.layout.cache_claimed):
             for entry in os.scandir(directory):
-                name = entry.name.partition("-")[2] if directory.name == "claimed" else entry.name
+                name = claimed_object(entry.name) if directory.name == "claimed" else entry.name
+                if name is None:
+                    continue
                 try:
                     held[name] = entry.stat().st_size
                 except FileNotFoundError:
@@ -338,7 +341,9 @@ class Downloader:
             if event.overflow:
                 self.window.reset({**self._objects_on_disk(), **self._in_flight_sizes()})
                 continue
-            self.window.release(event.name.partition("-")[2])
+            name = claimed_object(event.name)
+            if name is not None:
+                self.window.release(name)
 
     def _in_flight_sizes(self) -> dict[str, int]:
         return {name: job.obj.size for name, job in self.active.items()}

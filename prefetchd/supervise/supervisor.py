@@ -25,6 +25,7 @@ from prefetchd.config import Config
 from prefetchd.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure
 from prefetchd.layout import (
     Layout,
+    claimed_object,
     dir_bytes,
     epoch_prefix,
     holds_lock,
@@ -279,7 +280,8 @@ class Supervisor:
         if any(n.startswith(prefix) for n in os.listdir(self.layout.cache_ready)):
             return False
         return not any(
-            n.partition("-")[2].startswith(prefix) for n in os.listdir(self.layout.cache_claimed)
+            (claimed_object(n) or "").startswith(prefix)
+            for n in os.listdir(self.layout.cache_claimed)
         )
 
     def _return_orphaned_claims(self, *, force: bool = False) -> None:

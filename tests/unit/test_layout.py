@@ -13,6 +13,7 @@ from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import (
     Layout,
     claim_name,
+    claimed_object,
     dir_bytes,
     dir_problem,
     epoch_prefix,
@@ -25,6 +26,7 @@ from prefetchd.layout import (
     parse_shard_name,
     shard_name,
     write_atomic,
+    writer_claim_name,
 )
 
 HOSTILE_KEYS = [
@@ -180,6 +182,31 @@ def test_claim_name_round_trips(owner: str, gzip: bool) -> None:
 )
 def test_parse_claim_name_rejects_names_that_are_not_claims(name: str) -> None:
     assert parse_claim_name(name) is None
+
+
+@pytest.mark.parametrize("writer", [0, 1, 12])
+def test_writer_claim_name_round_trips(writer: int) -> None:
+    obj = object_name(3, 42, key_hash("bucket", "a/key"))
+    name = writer_claim_name(writer, obj)
+    assert "/" not in name
+    assert claimed_object(name) == obj
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "w0",
+        "w0-",
+        "x0-e00000-000000001-0123456789abcdef01234567",
+        "w-e00000-000000001-0123456789abcdef01234567",
+        "w\u00b2-e00000-000000001-0123456789abcdef01234567",
+        "w0-e00000-000000001-0123456789abcdef01234567.part",
+        "w0-not-an-object",
+    ],
+)
+def test_claimed_object_rejects_names_that_are_not_writer_claims(name: str) -> None:
+    assert claimed_object(name) is None
 
 
 # --- private directories ----------------------------------------------------------------------
