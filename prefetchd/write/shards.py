@@ -60,6 +60,14 @@ class ShardFile:
         self.size += len(data) + FRAME_OVERHEAD
         self.records += 1
 
+    def write_frames(self, frames: bytes, count: int) -> None:
+        """Append ``count`` complete TFRecord frames, given back to back, in one write."""
+        if self._gzip is not None:
+            self._write(self._gzip.compress(frames))
+        else:
+            self._write(frames)
+        self.records += count
+
     def _reserve(self, need: int) -> None:
         if need > self._reserved:
             self._file.flush()

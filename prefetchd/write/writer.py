@@ -7,6 +7,11 @@ epoch only and is published when it reaches ``output.shard_size``, when its epoc
 left to give, when no input has arrived for ``IDLE_FLUSH`` seconds, or when it is
 ``STARVED_FLUSH`` seconds old while no shard is ready for the trainers.
 
+The work is done a batch at a time: each open object gives batches of ready frames
+(``frames.Frames``), the choices of object are drawn ``PICKS`` at a time, and one call
+(``core.IMPL.interleave``) copies up to ``STEP_BYTES`` of frames in the drawn order into one
+buffer that the shard takes in one write. Per record, no Python code runs on this path.
+
 Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced)::
 
     shard complete in .tmp  ->  journal line {shard, positions, finished}  ->  rename into ready/
@@ -25,10 +30,10 @@ import json
 import logging
 import os
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from random import Random
 from typing import Any
 
 from prefetchd.budget import Interrupted, RamBudget, ram_chunk
@@ -45,7 +50,9 @@ from prefetchd.layout import (
 )
 from prefetchd.seeds import mixing_rng, object_rng
 from prefetchd.supervise.child import ChildContext
-from prefetchd.write.formats import Format, get_format, shuffled_object
+from prefetchd.write import core
+from prefetchd.write.formats import Format, get_format, object_frames, shuffled_object_frames
+from prefetchd.write.frames import EMPTY, Frames
 from prefetchd.write.shards import ShardFile
 
 log = logging.getLogger(__name__)
@@ -58,10 +65,13 @@ FILL_CHECK = 0.05  # how often a writer with fewer than output.mix objects re-ch
 LISTING_MAX_AGE = 0.5
 JOURNAL_COMPACT_EVERY = 256
 # With epochs.shuffle, each open object's records come in a seeded random order: uncompressed
-# TFRecord objects are shuffled whole by offsets; other objects pass through a shuffle buffer,
-# and the buffers of all open objects together hold at most this much (or 256 KiB per object).
+# TFRecord objects are shuffled whole by offsets; other objects pass through a block shuffle
+# (shuffle.py), and the blocks of all open objects together hold at most this much (or 256 KiB
+# per object).
 SHUFFLE_BYTES = 32 * 1024 * 1024
 SHUFFLE_RECORDS = 65536
+STEP_BYTES = 1024 * 1024  # frames copied per step: one write, one report and stop check
+PICKS = 16384  # choices of object drawn at once
 
 
 @dataclass
@@ -72,7 +82,9 @@ class OpenObject:
     key: str
     epoch: int
     path: Path
-    records: Iterator[bytes]
+    batches: Iterator[Frames]
+    frames: Frames = EMPTY  # the current batch; frames[cursor:] are still to be written
+    cursor: int = 0
     taken: int = 0
 
 
@@ -104,7 +116,10 @@ class Writer:
         self.finished: list[OpenObject] = []  # drained, deleted once their shard is published
         self.shard: ShardFile | None = None
         self.shard_epoch: int | None = None
-        self.rng = Random(0)
+        self.mix_epoch: int | None = None  # the epoch mix_state was seeded for
+        self.mix_state = 0  # SplitMix64 state of the choices of object
+        self.picks = b""  # choices of object drawn ahead: uint32 indices into _mixable()
+        self.pick_at = 0
         self.commit = CommitState()
         self.journal_lines = 0
         self.listing: list[str] = []
@@ -129,6 +144,7 @@ class Writer:
     # --- boot and recovery --------------------------------------------------------------------
 
     def run(self) -> None:
+        log.info("writer %d: record framing and mixing in %s", self.index, core.ACTIVE)
         self._recover()
         self.ctx.ready = True
         self.ctx.report(force=True)
@@ -190,25 +206,70 @@ class Writer:
                 self.arrivals.read(timeout=0.05)
                 self.listed_at = 0.0
                 continue
-            obj = (
-                self.open[self.rng.randrange(len(self.open))]
-                if len(self.open) > 1
-                else self.open[0]
-            )
-            try:
-                record = next(obj.records)
-            except StopIteration:
-                self._drained(obj)
-                continue
-            except CorruptObject as exc:
-                self._quarantine(obj, exc)
-                continue
-            shard = self._shard_for(obj.epoch)
-            shard.write_record(record)
-            obj.taken += 1
-            if shard.size >= self.config.output.shard_size or self._trainers_starved():
+            self._step()
+            if self.shard is not None and (
+                self.shard.size >= self.config.output.shard_size or self._trainers_starved()
+            ):
                 self._publish()
             self._report()
+
+    def _step(self) -> None:
+        """Write the next records, drawn at random across the open objects, into the shard
+        (at most ``STEP_BYTES``, and never past ``shard_size``); then refill an object whose
+        batch ran out."""
+        mixable = self._mixable()
+        epoch = mixable[0].epoch
+        if self.pick_at * 4 >= len(self.picks):
+            self._draw(len(mixable))
+        room = self.config.output.shard_size
+        if self.shard is not None and self.shard_epoch == epoch:
+            room -= self.shard.size
+        cursors = array("Q", [o.cursor for o in mixable])
+        data, stop = core.IMPL.interleave(
+            [(o.frames.data, o.frames.ends) for o in mixable],
+            cursors,
+            self.picks,
+            self.pick_at,
+            min(STEP_BYTES, room),
+        )
+        if stop > self.pick_at:
+            for obj, cursor in zip(mixable, cursors, strict=True):
+                obj.taken += cursor - obj.cursor
+                obj.cursor = cursor
+            self._shard_for(epoch).write_frames(data, stop - self.pick_at)
+        self.pick_at = stop
+        if stop * 4 < len(self.picks):
+            obj = mixable[memoryview(self.picks).cast("I")[stop]]
+            if obj.cursor >= len(obj.frames):
+                self._next_batch(obj)
+
+    def _mixable(self) -> list[OpenObject]:
+        """The open objects of the oldest open epoch (only after a restart can open objects
+        span two epochs; a shard holds one)."""
+        epoch = min(o.epoch for o in self.open)
+        if epoch != self.mix_epoch:
+            self.mix_epoch = epoch
+            self.mix_state = mixing_rng(self.config.epochs.seed, epoch, self.index).getrandbits(64)
+            self.picks = b""
+        return [o for o in self.open if o.epoch == epoch]
+
+    def _draw(self, count: int) -> None:
+        self.picks, self.mix_state = core.IMPL.picks(count, PICKS, self.mix_state)
+        self.pick_at = 0
+
+    def _next_batch(self, obj: OpenObject) -> None:
+        """Move ``obj`` to its next batch; drain or quarantine it at its end."""
+        try:
+            frames = next(obj.batches)
+            while not len(frames):
+                frames = next(obj.batches)
+        except StopIteration:
+            self._drained(obj)
+            return
+        except CorruptObject as exc:
+            self._quarantine(obj, exc)
+            return
+        obj.frames, obj.cursor = frames, 0
 
     def _trainers_starved(self) -> bool:
         """True when the current shard is STARVED_FLUSH old and no shard is ready for trainers.
@@ -331,29 +392,39 @@ class Writer:
         except (OSError, ValueError, KeyError):
             key = f"<unknown key of {name}>"
         if self.config.epochs.shuffle:
-            records = shuffled_object(
+            batches = shuffled_object_frames(
                 self.format,
                 key,
                 str(path),
-                object_rng(self.config.epochs.seed, parsed[0], key),
+                object_rng(self.config.epochs.seed, parsed[0], key).getrandbits(64),
                 max_records=SHUFFLE_RECORDS,
                 max_bytes=max(256 * 1024, SHUFFLE_BYTES // self.config.output.mix),
             )
         else:
-            records = self.format.records(key, str(path))
-        obj = OpenObject(name, key, parsed[0], path, records)
-        for _ in range(resume_at):
-            if next(records, None) is None:
-                break
-            obj.taken += 1
+            batches = object_frames(self.format, key, str(path))
+        obj = OpenObject(name, key, parsed[0], path, batches)
         self.open.append(obj)
+        self.picks = b""  # the set of objects to choose from changed
+        if resume_at:
+            try:
+                self._skip(obj, resume_at)
+            except CorruptObject as exc:
+                self._quarantine(obj, exc)
+
+    @staticmethod
+    def _skip(obj: OpenObject, count: int) -> None:
+        """Pass over the first ``count`` records (those the journal says are in shards)."""
+        for frames in obj.batches:
+            if count - obj.taken < len(frames):
+                obj.frames, obj.cursor = frames, count - obj.taken
+                obj.taken = count
+                return
+            obj.taken += len(frames)
 
     def _shard_for(self, epoch: int) -> ShardFile:
         if self.shard is not None and self.shard_epoch != epoch:
             self._publish()  # only after a restart can open objects span two epochs
         if self.shard is None:
-            if self.shard_epoch != epoch:
-                self.rng = mixing_rng(self.config.epochs.seed, epoch, self.index)
             self.shard_epoch = epoch
             self.counters["epoch"] = epoch
             gzip = self.config.output.compression == "gzip"
@@ -364,6 +435,7 @@ class Writer:
 
     def _drained(self, obj: OpenObject) -> None:
         self.open.remove(obj)
+        self.picks = b""  # the set of objects to choose from changed
         self.finished.append(obj)
         self.counters["objects_consumed"] += 1
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from prefetchd.write import core
 from prefetchd.write.example import encode_example
 from prefetchd.write.formats.compressed import open_object
+from prefetchd.write.frames import Frames
 
 
 class RawFormat:
@@ -16,3 +18,8 @@ class RawFormat:
         with open_object(key, path) as f:
             data = f.read()
         yield encode_example({"key": key.encode("utf-8", "surrogateescape"), "data": data})
+
+    def frames(self, key: str, path: str) -> Iterator[Frames]:
+        """The one record of ``records``, framed."""
+        for record in self.records(key, path):
+            yield Frames.of(*core.IMPL.frame_records([record]))
