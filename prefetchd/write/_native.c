@@ -282,6 +282,79 @@ static PyObject *frame_records(PyObject *self, PyObject *arg) {
     return Py_BuildValue("(NN)", data, ends);
 }
 
+/* --- framing given Examples ------------------------------------------------------------ */
+
+/* Fill `fs` from a list of (name: bytes, value: bytes | int) sorted by name. */
+static int sample_features(PyObject *sample, feature_t *fs, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(sample, i), *name, *value;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "features are (name, value) tuples");
+            return 0;
+        }
+        name = PyTuple_GET_ITEM(item, 0);
+        value = PyTuple_GET_ITEM(item, 1);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "feature names are bytes");
+            return 0;
+        }
+        fs[i] = (feature_t){PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name), 0, 0, NULL, 0};
+        if (PyBytes_Check(value)) {
+            fs[i].data = (const uint8_t *)PyBytes_AS_STRING(value);
+            fs[i].len = (size_t)PyBytes_GET_SIZE(value);
+        } else if (PyLong_Check(value) && !PyBool_Check(value)) {
+            long long v = PyLong_AsLongLong(value);
+            if (v == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "int64 feature out of range: %R", value);
+                return 0;
+            }
+            fs[i].is_int = 1;
+            fs[i].ival = (uint64_t)v; /* int64 is encoded as its two's complement */
+        } else {
+            PyErr_Format(PyExc_TypeError, "unsupported feature value type %s",
+                         Py_TYPE(value)->tp_name);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *frame_examples(PyObject *self, PyObject *arg) {
+    if (!need_crc()) return NULL;
+    if (!PyList_Check(arg)) return PyErr_Format(PyExc_TypeError, "a list of samples");
+    Py_ssize_t n = PyList_GET_SIZE(arg), total = 0, most = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *sample = PyList_GET_ITEM(arg, i);
+        if (!PyList_Check(sample)) return PyErr_Format(PyExc_TypeError, "a sample is a list");
+        if (PyList_GET_SIZE(sample) > most) most = PyList_GET_SIZE(sample);
+    }
+    feature_t *fs = PyMem_Malloc(sizeof(feature_t) * (size_t)(most ? most : 1));
+    if (fs == NULL) return PyErr_NoMemory();
+    PyObject *data = NULL, *ends = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) { /* pass 1: sizes, and every value checked */
+        PyObject *sample = PyList_GET_ITEM(arg, i);
+        Py_ssize_t k = PyList_GET_SIZE(sample);
+        if (!sample_features(sample, fs, k)) goto fail;
+        total += OVERHEAD + (Py_ssize_t)example_len(fs, (int)k);
+    }
+    if (!new_batch(total, n, &data, &ends)) goto fail;
+    uint8_t *out = bytes_of(data), *base = out;
+    uint64_t *e = ends_of(ends);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *sample = PyList_GET_ITEM(arg, i);
+        int k = (int)PyList_GET_SIZE(sample);
+        sample_features(sample, fs, k);
+        out = put_example_frame(out, fs, k, example_len(fs, k));
+        *e++ = (uint64_t)(out - base);
+    }
+    PyMem_Free(fs);
+    return Py_BuildValue("(NN)", data, ends);
+fail:
+    PyMem_Free(fs);
+    return NULL;
+}
+
 /* --- uncompressed TFRecord files: index by headers, read frames where they lie ----------- */
 
 #define WINDOW 65536
@@ -650,6 +723,7 @@ static PyMethodDef methods[] = {
     {"masked_crc", py_masked_crc, METH_O, "TensorFlow's masked CRC32C of a buffer."},
     {"frame_lines", frame_lines, METH_VARARGS, "Frame the lines of a chunk as Examples."},
     {"frame_records", frame_records, METH_O, "Frame a sequence of payloads."},
+    {"frame_examples", frame_examples, METH_O, "Frame samples as Examples."},
     {"index_file", index_file, METH_VARARGS, "Frame offsets of a TFRecord file."},
     {"read_frames", read_frames, METH_VARARGS, "Read frames in a given order."},
     {"take", take, METH_VARARGS, "Frames of several batches in a given order."},

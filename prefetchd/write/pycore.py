@@ -69,6 +69,12 @@ def frame_records(payloads: Sequence[bytes]) -> Batch:
     return _batch([frame(p) for p in payloads])
 
 
+def frame_examples(samples: list[list[tuple[bytes, bytes | int]]]) -> Batch:
+    """Frame each sample as a tf.train.Example: a list of ``(name, value)`` sorted by name
+    (``example.sorted_features``), values bytes or int64."""
+    return _batch([frame(encode_example({n.decode(): v for n, v in s})) for s in samples])
+
+
 def index_file(fd: int, size: int) -> bytes:
     """The start offset of every frame of an uncompressed TFRecord file, as uint64 bytes;
     length CRCs checked. Raises ``FramingError`` (the C core: ``ValueError(offset, reason)``)."""

@@ -32,7 +32,7 @@ class LinesFormat:
         key_bytes = key.encode("utf-8", "surrogateescape")
         number = 1
         pending = b""
-        with open_object(key, path) as f:
+        with open_object(key, path, buffered=False) as f:
             while True:
                 # a line longer than a chunk doubles the read until its newline is in
                 chunk = f.read(max(BATCH_BYTES, len(pending)))
