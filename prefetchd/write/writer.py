@@ -220,7 +220,7 @@ class Writer:
         mixable = self._mixable()
         epoch = mixable[0].epoch
         if self.pick_at * 4 >= len(self.picks):
-            self._draw(len(mixable))
+            self._draw(mixable)
         room = self.config.output.shard_size
         if self.shard is not None and self.shard_epoch == epoch:
             room -= self.shard.size
@@ -253,8 +253,12 @@ class Writer:
             self.picks = b""
         return [o for o in self.open if o.epoch == epoch]
 
-    def _draw(self, count: int) -> None:
-        self.picks, self.mix_state = core.IMPL.picks(count, PICKS, self.mix_state)
+    def _draw(self, mixable: list[OpenObject]) -> None:
+        """Draw the next choices of object: no more than can be used before some object's
+        batch runs out (then the set may change and the rest would be thrown away)."""
+        left = sum(len(o.frames) - o.cursor for o in mixable)
+        count = min(PICKS, left + 1)
+        self.picks, self.mix_state = core.IMPL.picks(len(mixable), count, self.mix_state)
         self.pick_at = 0
 
     def _next_batch(self, obj: OpenObject) -> None:
