@@ -459,8 +459,16 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
     const uint32_t *ord = order.buf;
     Py_ssize_t n = offs.len / 8, count = order.len / 4, stop = start, total = 0;
     PyObject *data = NULL, *ends = NULL, *result = NULL;
+    if (start < 0 || start > count) {
+        PyErr_SetString(PyExc_IndexError, "read_frames(): start out of range");
+        goto done;
+    }
     while (stop < count && (stop == start || total < max_bytes)) { /* pass 1: which frames */
         uint32_t i = ord[stop++];
+        if (i >= (uint64_t)n || o[i] > size || (i + 1 < (uint64_t)n && o[i + 1] < o[i])) {
+            PyErr_SetString(PyExc_IndexError, "read_frames(): order names no frame");
+            goto done;
+        }
         uint64_t end = i + 1 < (uint64_t)n ? o[i + 1] : size;
         total += (Py_ssize_t)(end - o[i]);
     }
