@@ -233,10 +233,12 @@ class Writer:
             min(STEP_BYTES, room),
         )
         if stop > self.pick_at:
+            # `taken` counts only written records: _shard_for may journal it (publishing a
+            # shard of another epoch), and the write may be interrupted waiting for RAM
+            self._shard_for(epoch).write_frames(data, stop - self.pick_at)
             for obj, cursor in zip(mixable, cursors, strict=True):
                 obj.taken += cursor - obj.cursor
                 obj.cursor = cursor
-            self._shard_for(epoch).write_frames(data, stop - self.pick_at)
         self.pick_at = stop
         if stop * 4 < len(self.picks):
             obj = mixable[memoryview(self.picks).cast("I")[stop]]
