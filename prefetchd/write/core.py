@@ -30,17 +30,21 @@ def crc32c_address() -> int | None:
     except ImportError:
         return None
     libs = Path(google_crc32c.__file__).resolve().parent.parent / "google_crc32c.libs"
-    candidates = [str(p) for p in sorted(libs.glob("libcrc32c*.so*"))]
-    system = ctypes.util.find_library("crc32c")
-    for name in [*candidates, *([system] if system else [])]:
-        try:
-            function = ctypes.CDLL(name).crc32c_extend
-        except (OSError, AttributeError):
-            continue
-        address = ctypes.cast(function, ctypes.c_void_p).value
+    for name in sorted(libs.glob("libcrc32c*.so*")):
+        address = _extend_address(str(name))
         if address:
-            return int(address)
-    return None
+            return address
+    system = ctypes.util.find_library("crc32c")  # runs ldconfig: only when needed
+    return _extend_address(system) if system else None
+
+
+def _extend_address(library: str) -> int | None:
+    try:
+        function = ctypes.CDLL(library).crc32c_extend
+    except (OSError, AttributeError):
+        return None
+    address = ctypes.cast(function, ctypes.c_void_p).value
+    return int(address) if address else None
 
 
 def _load() -> tuple[ModuleType, str]:
