@@ -55,3 +55,9 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
         for name in sorted(features)
     )
     return _field(1, entries)
+
+
+def sorted_features(features: Mapping[str, FeatureValue]) -> list[tuple[bytes, FeatureValue]]:
+    """``features`` as the C core's ``frame_examples`` takes them: ``(UTF-8 name, value)`` in
+    the order ``encode_example`` writes them (UTF-8 byte order is code point order)."""
+    return [(name.encode("utf-8"), features[name]) for name in sorted(features)]

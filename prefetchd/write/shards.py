@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from prefetchd.budget import RamBudget
@@ -26,7 +27,20 @@ from prefetchd.tfrecord import FOOTER, FRAME_OVERHEAD, frame_header, masked_crc
 log = logging.getLogger(__name__)
 
 _WRITE_BUFFER = 1024 * 1024
+_IOV_MAX = 1024  # Linux's limit on the buffers of one writev
 GZIP_LEVEL = 6  # zlib's default: the usual trade of CPU for size
+
+
+def _write_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
+    """``os.writev`` until every byte is written (a write may be partial)."""
+    views = [memoryview(p).cast("B") for p in parts]
+    while views:
+        done = os.writev(fd, views[:_IOV_MAX])
+        while views and done >= len(views[0]):
+            done -= len(views[0])
+            views.pop(0)
+        if done:
+            views[0] = views[0][done:]
 
 
 class ShardFile:
@@ -59,6 +73,20 @@ class ShardFile:
         write(FOOTER.pack(masked_crc(data)))
         self.size += len(data) + FRAME_OVERHEAD
         self.records += 1
+
+    def write_frames(self, parts: Sequence[bytes | memoryview], count: int) -> None:
+        """Append ``count`` complete TFRecord frames, given back to back in ``parts``, with one
+        (vectored) write."""
+        if self._gzip is not None:
+            for part in parts:
+                self._write(self._gzip.compress(part))
+        else:
+            total = sum(len(memoryview(p)) for p in parts)
+            self._reserve(self.size + total)
+            self._file.flush()  # after any write_record
+            _write_all(self._fd, parts)
+            self.size += total
+        self.records += count
 
     def _reserve(self, need: int) -> None:
         if need > self._reserved:

@@ -6,6 +6,13 @@ time it reads the same file (crash recovery resumes an object by counting record
 bad input by raising ``CorruptObject`` (or any exception, for user plugins) so that the object
 is quarantined and the epoch goes on.
 
+The writer reads objects as batches of ready frames (``frames.Frames``). A built-in format may
+make them itself, many records per call into the C core: ``frames(key, path)`` gives the same
+records as ``records`` in the same order, already framed; ``shuffled_frames(key, path, seed)``
+gives all of an object's frames in a seeded order of its own (``tfrecord``: uniform, by
+offsets), or None to use the bounded block shuffle (``shuffle.py``). Any other format's
+records are framed in batches (``frames.batched``).
+
 Built-in formats read ``.gz`` and ``.zst`` objects decompressed (``compressed.open_object``);
 a user plugin gets the path of the object as downloaded and may call ``open_object(key, path)``
 itself to get the same decompressed stream.
@@ -24,31 +31,55 @@ from prefetchd.write.formats.lines import LinesFormat
 from prefetchd.write.formats.raw import RawFormat
 from prefetchd.write.formats.tar import TarFormat
 from prefetchd.write.formats.tfrecord import TFRecordFormat
-from prefetchd.write.shuffle import shuffled_records
+from prefetchd.write.frames import Frames, batched
+from prefetchd.write.shuffle import shuffled_frames
 
-__all__ = ["Format", "PluginFormat", "get_format", "open_object", "shuffled_object"]
+__all__ = [
+    "Format",
+    "PluginFormat",
+    "get_format",
+    "object_frames",
+    "open_object",
+    "shuffled_object",
+    "shuffled_object_frames",
+]
 
 
 class Format(Protocol):
     def records(self, key: str, path: str) -> Iterator[bytes]: ...
 
 
+def object_frames(fmt: Format, key: str, path: str) -> Iterator[Frames]:
+    """The object's records framed, in batches, in the order ``fmt.records`` gives them."""
+    method = getattr(fmt, "frames", None)
+    if method is not None:
+        return cast(Iterator[Frames], method(key, path))
+    return batched(fmt.records(key, path))
+
+
+def shuffled_object_frames(
+    fmt: Format, key: str, path: str, seed: int, *, max_records: int, max_bytes: int
+) -> Iterator[Frames]:
+    """The object's frames in a seeded random order (same file and ``seed`` -> same order):
+    the format's own whole-object order if it has one, else the bounded block shuffle."""
+    method = getattr(fmt, "shuffled_frames", None)
+    whole = method(key, path, seed) if method is not None else None
+    if whole is not None:
+        return cast(Iterator[Frames], whole)
+    return shuffled_frames(
+        object_frames(fmt, key, path), seed, max_records=max_records, max_bytes=max_bytes
+    )
+
+
 def shuffled_object(
     fmt: Format, key: str, path: str, rng: Random, *, max_records: int, max_bytes: int
 ) -> Iterator[bytes]:
-    """The object's records in a seeded random order (same file and ``rng`` -> same order).
-
-    A format with a ``shuffled(key, path, rng)`` method that returns an iterator shuffles the
-    whole object itself (``tfrecord`` by offsets, 8 bytes per record); any other object goes
-    through a bounded shuffle buffer (``shuffle.shuffled_records``).
-    """
-    method = getattr(fmt, "shuffled", None)
-    whole = method(key, path, rng) if method is not None else None
-    if whole is not None:
-        return cast(Iterator[bytes], whole)
-    return shuffled_records(
-        fmt.records(key, path), rng, max_records=max_records, max_bytes=max_bytes
-    )
+    """The records of ``shuffled_object_frames`` seeded by 64 bits of ``rng``: the order the
+    writer writes them in."""
+    seed = rng.getrandbits(64)
+    bounds = {"max_records": max_records, "max_bytes": max_bytes}
+    for frames in shuffled_object_frames(fmt, key, path, seed, **bounds):
+        yield from frames.payloads()
 
 
 class PluginFormat:

@@ -111,14 +111,17 @@ def _decompression_errors() -> tuple[type[BaseException], ...]:
 
 
 @contextlib.contextmanager
-def open_object(key: str, path: str) -> Iterator[BinaryIO]:
+def open_object(key: str, path: str, *, buffered: bool = True) -> Iterator[BinaryIO]:
     """The object's bytes as a buffered binary stream, decompressed when the key says so.
+    ``buffered=False`` is for callers that only make large reads: an uncompressed object is
+    then read straight into their buffers, without a 1 MiB buffer to fill and copy out of.
 
     Raises ``CorruptObject(key, ...)`` for damaged compressed data, also from reads made
     inside the ``with`` block.
     """
     kind = compression_of(key)
-    with open(path, "rb", buffering=_BUFFER) as raw:
+    buffering = _BUFFER if buffered or kind is not None else 0
+    with open(path, "rb", buffering=buffering) as raw:
         try:
             if kind == "gzip":
                 with gzip.GzipFile(fileobj=raw, mode="rb") as stream:

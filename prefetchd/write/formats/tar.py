@@ -16,8 +16,10 @@ import tarfile
 from collections.abc import Iterator
 
 from prefetchd.errors import CorruptObject
-from prefetchd.write.example import encode_example
+from prefetchd.write import core
+from prefetchd.write.example import FeatureValue, encode_example, sorted_features
 from prefetchd.write.formats.compressed import open_object
+from prefetchd.write.frames import BATCH_BYTES, Frames
 
 
 def split_member(name: str) -> tuple[str, str] | None:
@@ -30,11 +32,33 @@ def split_member(name: str) -> tuple[str, str] | None:
 
 
 def _example(key: str, sample: dict[str, bytes]) -> bytes:
-    return encode_example({"key": key.encode("utf-8", "surrogateescape"), **sample})
+    return encode_example(_features(key, sample))
+
+
+def _features(key: str, sample: dict[str, bytes]) -> dict[str, FeatureValue]:
+    return {"key": key.encode("utf-8", "surrogateescape"), **sample}
 
 
 class TarFormat:
     def records(self, key: str, path: str) -> Iterator[bytes]:
+        for name, sample in self._samples(key, path):
+            yield _example(name, sample)
+
+    def frames(self, key: str, path: str) -> Iterator[Frames]:
+        """The records of ``records``, framed about ``BATCH_BYTES`` of samples per call."""
+        batch: list[list[tuple[bytes, FeatureValue]]] = []
+        size = 0
+        for name, sample in self._samples(key, path):
+            batch.append(sorted_features(_features(name, sample)))
+            size += sum(len(v) for v in sample.values())
+            if size >= BATCH_BYTES:
+                yield Frames.of(*core.IMPL.frame_examples(batch))
+                batch, size = [], 0
+        if batch:
+            yield Frames.of(*core.IMPL.frame_examples(batch))
+
+    def _samples(self, key: str, path: str) -> Iterator[tuple[str, dict[str, bytes]]]:
+        """Each sample's name and its members' data by extension, in tar order."""
         current: str | None = None
         sample: dict[str, bytes] = {}
         with open_object(key, path) as stream:
@@ -49,7 +73,7 @@ class TarFormat:
                             raise CorruptObject(key, f"member {member.name!r}: 'key' is reserved")
                         if name != current:
                             if current is not None:
-                                yield _example(current, sample)
+                                yield current, sample
                             current, sample = name, {}
                         if ext in sample:
                             raise CorruptObject(
@@ -61,4 +85,4 @@ class TarFormat:
             except tarfile.TarError as exc:
                 raise CorruptObject(key, f"not a valid tar file: {exc}") from None
         if current is not None:
-            yield _example(current, sample)
+            yield current, sample

@@ -1,0 +1,750 @@
+/* prefetchd.write._native: the writer's per-record loops, one call per batch of records.
+ *
+ * Every function here has a pure-Python twin in prefetchd/write/pycore.py that gives the same
+ * bytes for the same input; prefetchd/write/core.py picks one of the two at import. The
+ * contract of each function is documented there, once.
+ *
+ * A batch of frames is two buffers: `data`, TFRecord frames back to back, and `ends`, the
+ * native uint64 end offset of each frame in `data`. Orders and picks are native uint32.
+ *
+ * CRC32C is not implemented here: set_crc32c() is given the address of a vetted
+ * crc32c_extend(crc, data, len) (Google's libcrc32c, bundled with the google-crc32c wheel)
+ * and every function that frames or checks records refuses to run before it is set.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef uint32_t (*crc_extend_fn)(uint32_t, const uint8_t *, size_t);
+static crc_extend_fn crc_extend = NULL;
+
+#define MASK_DELTA 0xA282EAD8u
+#define HEADER 12
+#define OVERHEAD 16
+
+static uint32_t masked_crc(const uint8_t *p, size_t n) {
+    uint32_t c = crc_extend(0, p, n);
+    return ((c >> 15) | (c << 17)) + MASK_DELTA;
+}
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* The 12-byte TFRecord header of a record of `n` bytes. */
+static void put_header(uint8_t *p, uint64_t n) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(n >> (8 * i));
+    put_u32(p + 8, masked_crc(p, 8));
+}
+
+static int need_crc(void) {
+    if (crc_extend == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_crc32c() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* Raise ValueError(offset, reason): pycore raises FramingError with the same arguments. */
+static PyObject *framing_error(uint64_t offset, const char *reason) {
+    PyObject *args = Py_BuildValue("(Ks)", (unsigned long long)offset, reason);
+    if (args != NULL) {
+        PyErr_SetObject(PyExc_ValueError, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+/* --- protobuf: tf.train.Example with bytes and int64 features -------------------------- */
+
+typedef struct {
+    const char *name;
+    size_t name_len;
+    int is_int;
+    uint64_t ival;
+    const uint8_t *data;
+    size_t len;
+} feature_t;
+
+static size_t vlen(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static size_t field_len(size_t payload) { return 1 + vlen(payload) + payload; }
+
+static size_t value_len(const feature_t *f) { return f->is_int ? vlen(f->ival) : f->len; }
+
+static size_t feature_len(const feature_t *f) { return field_len(field_len(value_len(f))); }
+
+static size_t entry_len(const feature_t *f) {
+    return field_len(f->name_len) + field_len(feature_len(f));
+}
+
+static size_t features_len(const feature_t *fs, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += field_len(entry_len(&fs[i]));
+    return total;
+}
+
+/* Size of the serialized Example; features must be sorted by name, as pycore sorts them. */
+static size_t example_len(const feature_t *fs, int n) { return field_len(features_len(fs, n)); }
+
+static uint8_t *put_feature(uint8_t *p, const feature_t *f) {
+    size_t value = value_len(f);
+    *p++ = f->is_int ? 0x1A : 0x0A; /* Int64List = 3, BytesList = 1 */
+    p = put_varint(p, field_len(value));
+    *p++ = 0x0A; /* repeated value = 1 */
+    p = put_varint(p, value);
+    if (f->is_int) return put_varint(p, f->ival);
+    memcpy(p, f->data, f->len);
+    return p + f->len;
+}
+
+static uint8_t *put_example(uint8_t *p, const feature_t *fs, int n) {
+    *p++ = 0x0A; /* Example.features = 1 */
+    p = put_varint(p, features_len(fs, n));
+    for (int i = 0; i < n; i++) {
+        const feature_t *f = &fs[i];
+        *p++ = 0x0A; /* Features.feature = 1 (a map entry) */
+        p = put_varint(p, entry_len(f));
+        *p++ = 0x0A; /* entry key = 1 */
+        p = put_varint(p, f->name_len);
+        memcpy(p, f->name, f->name_len);
+        p += f->name_len;
+        *p++ = 0x12; /* entry value = 2 */
+        p = put_varint(p, feature_len(f));
+        p = put_feature(p, f);
+    }
+    return p;
+}
+
+/* Frame the Example `fs` at `p`: header, Example, masked CRC of the Example. */
+static uint8_t *put_example_frame(uint8_t *p, const feature_t *fs, int n, size_t len) {
+    uint8_t *body = p + HEADER;
+    put_header(p, len);
+    uint8_t *end = put_example(body, fs, n);
+    put_u32(end, masked_crc(body, len));
+    return end + 4;
+}
+
+/* --- output buffers ---------------------------------------------------------------------- */
+
+/* A bytes object of `data_len` and one of `count` uint64 ends, or NULL with an exception. */
+static int new_batch(Py_ssize_t data_len, Py_ssize_t count, PyObject **data, PyObject **ends) {
+    *data = PyBytes_FromStringAndSize(NULL, data_len);
+    *ends = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(uint64_t));
+    if (*data == NULL || *ends == NULL) {
+        Py_CLEAR(*data);
+        Py_CLEAR(*ends);
+        return 0;
+    }
+    return 1;
+}
+
+static uint8_t *bytes_of(PyObject *b) { return (uint8_t *)PyBytes_AS_STRING(b); }
+
+static uint64_t *ends_of(PyObject *b) { return (uint64_t *)PyBytes_AS_STRING(b); }
+
+/* --- lines ------------------------------------------------------------------------------- */
+
+static const char NAME_DATA[] = "data", NAME_KEY[] = "key", NAME_LINE[] = "line_number";
+
+/* Find the line at `pos`: [pos, *line_end) without "\n" and one "\r"; *next after the "\n".
+ * Returns 0 when no complete line starts at `pos` (and `final` is false). */
+static int next_line(const uint8_t *buf, size_t len, size_t pos, int final, size_t *line_end,
+                     size_t *next) {
+    const uint8_t *nl = memchr(buf + pos, '\n', len - pos);
+    size_t end;
+    if (nl != NULL) {
+        end = (size_t)(nl - buf);
+        *next = end + 1;
+    } else if (final && pos < len) {
+        end = len;
+        *next = len;
+    } else {
+        return 0;
+    }
+    if (end > pos && buf[end - 1] == '\r') end--;
+    *line_end = end;
+    return 1;
+}
+
+static void line_features(feature_t *fs, const uint8_t *data, size_t len, Py_buffer *key,
+                          uint64_t number) {
+    fs[0] = (feature_t){NAME_DATA, 4, 0, 0, data, len};
+    fs[1] = (feature_t){NAME_KEY, 3, 0, 0, key->buf, (size_t)key->len};
+    fs[2] = (feature_t){NAME_LINE, 11, 1, number, NULL, 0};
+}
+
+static PyObject *frame_lines(PyObject *self, PyObject *args) {
+    Py_buffer buf, key;
+    unsigned long long first;
+    int final;
+    if (!need_crc() || !PyArg_ParseTuple(args, "y*y*Kp", &buf, &key, &first, &final))
+        return NULL;
+    const uint8_t *b = buf.buf;
+    size_t len = (size_t)buf.len, pos = 0, end, next, total = 0;
+    Py_ssize_t count = 0;
+    uint64_t number = first;
+    feature_t fs[3];
+    while (next_line(b, len, pos, final, &end, &next)) { /* pass 1: sizes */
+        if (end > pos) {
+            line_features(fs, b + pos, end - pos, &key, number);
+            total += OVERHEAD + example_len(fs, 3);
+            count++;
+        }
+        number++;
+        pos = next;
+    }
+    PyObject *data, *ends;
+    if (!new_batch((Py_ssize_t)total, count, &data, &ends)) goto fail;
+    uint8_t *out = bytes_of(data), *start = out;
+    uint64_t *e = ends_of(ends);
+    pos = 0;
+    number = first;
+    while (next_line(b, len, pos, final, &end, &next)) { /* pass 2: frames */
+        if (end > pos) {
+            line_features(fs, b + pos, end - pos, &key, number);
+            out = put_example_frame(out, fs, 3, example_len(fs, 3));
+            *e++ = (uint64_t)(out - start);
+        }
+        number++;
+        pos = next;
+    }
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&key);
+    return Py_BuildValue("(NNnK)", data, ends, (Py_ssize_t)pos, (unsigned long long)number);
+fail:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&key);
+    return NULL;
+}
+
+/* --- framing given payloads -------------------------------------------------------------- */
+
+static PyObject *frame_records(PyObject *self, PyObject *arg) {
+    if (!need_crc()) return NULL;
+    PyObject *seq = PySequence_Fast(arg, "frame_records() takes a sequence of bytes");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(items[i])) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "frame_records() takes bytes only");
+            return NULL;
+        }
+        total += OVERHEAD + PyBytes_GET_SIZE(items[i]);
+    }
+    PyObject *data, *ends;
+    if (!new_batch(total, n, &data, &ends)) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    uint8_t *out = bytes_of(data), *start = out;
+    uint64_t *e = ends_of(ends);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t len = (size_t)PyBytes_GET_SIZE(items[i]);
+        put_header(out, len);
+        memcpy(out + HEADER, PyBytes_AS_STRING(items[i]), len);
+        put_u32(out + HEADER + len, masked_crc(out + HEADER, len));
+        out += OVERHEAD + len;
+        *e++ = (uint64_t)(out - start);
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(NN)", data, ends);
+}
+
+/* --- framing given Examples ------------------------------------------------------------ */
+
+/* Fill `fs` from a list of (name: bytes, value: bytes | int) sorted by name. */
+static int sample_features(PyObject *sample, feature_t *fs, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(sample, i), *name, *value;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "features are (name, value) tuples");
+            return 0;
+        }
+        name = PyTuple_GET_ITEM(item, 0);
+        value = PyTuple_GET_ITEM(item, 1);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "feature names are bytes");
+            return 0;
+        }
+        fs[i] = (feature_t){PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name), 0, 0, NULL, 0};
+        if (PyBytes_Check(value)) {
+            fs[i].data = (const uint8_t *)PyBytes_AS_STRING(value);
+            fs[i].len = (size_t)PyBytes_GET_SIZE(value);
+        } else if (PyLong_Check(value) && !PyBool_Check(value)) {
+            long long v = PyLong_AsLongLong(value);
+            if (v == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "int64 feature out of range: %R", value);
+                return 0;
+            }
+            fs[i].is_int = 1;
+            fs[i].ival = (uint64_t)v; /* int64 is encoded as its two's complement */
+        } else {
+            PyErr_Format(PyExc_TypeError, "unsupported feature value type %s",
+                         Py_TYPE(value)->tp_name);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *frame_examples(PyObject *self, PyObject *arg) {
+    if (!need_crc()) return NULL;
+    if (!PyList_Check(arg)) return PyErr_Format(PyExc_TypeError, "a list of samples");
+    Py_ssize_t n = PyList_GET_SIZE(arg), total = 0, most = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *sample = PyList_GET_ITEM(arg, i);
+        if (!PyList_Check(sample)) return PyErr_Format(PyExc_TypeError, "a sample is a list");
+        if (PyList_GET_SIZE(sample) > most) most = PyList_GET_SIZE(sample);
+    }
+    feature_t *fs = PyMem_Malloc(sizeof(feature_t) * (size_t)(most ? most : 1));
+    if (fs == NULL) return PyErr_NoMemory();
+    PyObject *data = NULL, *ends = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) { /* pass 1: sizes, and every value checked */
+        PyObject *sample = PyList_GET_ITEM(arg, i);
+        Py_ssize_t k = PyList_GET_SIZE(sample);
+        if (!sample_features(sample, fs, k)) goto fail;
+        total += OVERHEAD + (Py_ssize_t)example_len(fs, (int)k);
+    }
+    if (!new_batch(total, n, &data, &ends)) goto fail;
+    uint8_t *out = bytes_of(data), *base = out;
+    uint64_t *e = ends_of(ends);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *sample = PyList_GET_ITEM(arg, i);
+        int k = (int)PyList_GET_SIZE(sample);
+        sample_features(sample, fs, k);
+        out = put_example_frame(out, fs, k, example_len(fs, k));
+        *e++ = (uint64_t)(out - base);
+    }
+    PyMem_Free(fs);
+    return Py_BuildValue("(NN)", data, ends);
+fail:
+    PyMem_Free(fs);
+    return NULL;
+}
+
+/* --- uncompressed TFRecord files: index by headers, read frames where they lie ----------- */
+
+#define WINDOW 65536
+#define SMALL_RECORD 4096
+
+static int pread_full(int fd, uint8_t *p, size_t n, uint64_t offset) {
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)offset);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (got == 0) return 0;
+        p += got;
+        n -= (size_t)got;
+        offset += (uint64_t)got;
+    }
+    return 1;
+}
+
+/* A cache of one window of the file, refilled only where small records make it pay off. */
+typedef struct {
+    int fd;
+    uint64_t size, start, len;
+    uint8_t buf[WINDOW];
+} window_t;
+
+static const uint8_t *header_at(window_t *w, uint64_t pos, int small) {
+    if (pos >= w->start && pos + HEADER <= w->start + w->len) return w->buf + (pos - w->start);
+    uint64_t want = small ? WINDOW : HEADER;
+    if (want > w->size - pos) want = w->size - pos;
+    if (want < HEADER) return NULL;
+    if (pread_full(w->fd, w->buf, want, pos) != 1) return NULL;
+    w->start = pos;
+    w->len = want;
+    return w->buf;
+}
+
+static PyObject *index_file(PyObject *self, PyObject *args) {
+    int fd;
+    unsigned long long size;
+    if (!need_crc() || !PyArg_ParseTuple(args, "iK", &fd, &size)) return NULL;
+    window_t *w = PyMem_Malloc(sizeof(window_t));
+    size_t cap = 1024, n = 0;
+    uint64_t *offsets = PyMem_Malloc(cap * sizeof(uint64_t));
+    if (w == NULL || offsets == NULL) goto nomem;
+    w->fd = fd;
+    w->size = size;
+    w->start = w->len = 0;
+    uint64_t pos = 0, last = 0;
+    while (pos < size) {
+        const uint8_t *h = header_at(w, pos, last < SMALL_RECORD);
+        if (h == NULL) {
+            if (!PyErr_Occurred()) framing_error(pos, "truncated record header");
+            goto fail;
+        }
+        if (masked_crc(h, 8) != get_u32(h + 8)) {
+            framing_error(pos, "length CRC mismatch (not a TFRecord, or corrupt)");
+            goto fail;
+        }
+        last = get_u64(h);
+        if (last > size || pos + OVERHEAD + last > size) {
+            PyObject *msg = PyUnicode_FromFormat("truncated record (expected %llu bytes of data)",
+                                                 (unsigned long long)last);
+            if (msg != NULL) {
+                framing_error(pos, PyUnicode_AsUTF8(msg));
+                Py_DECREF(msg);
+            }
+            goto fail;
+        }
+        if (n == cap) {
+            cap *= 2;
+            uint64_t *grown = PyMem_Realloc(offsets, cap * sizeof(uint64_t));
+            if (grown == NULL) goto nomem;
+            offsets = grown;
+        }
+        offsets[n++] = pos;
+        pos += OVERHEAD + last;
+    }
+    PyMem_Free(w);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)offsets, (Py_ssize_t)(n * 8));
+    PyMem_Free(offsets);
+    return out;
+nomem:
+    PyErr_NoMemory();
+fail:
+    PyMem_Free(w);
+    PyMem_Free(offsets);
+    return NULL;
+}
+
+static PyObject *read_frames(PyObject *self, PyObject *args) {
+    int fd;
+    unsigned long long size;
+    Py_buffer offs, order;
+    Py_ssize_t start, max_bytes;
+    if (!need_crc() || !PyArg_ParseTuple(args, "iKy*y*nn", &fd, &size, &offs, &order, &start,
+                                         &max_bytes))
+        return NULL;
+    const uint64_t *o = offs.buf;
+    const uint32_t *ord = order.buf;
+    Py_ssize_t n = offs.len / 8, count = order.len / 4, stop = start, total = 0;
+    PyObject *data = NULL, *ends = NULL, *result = NULL;
+    if (start < 0 || start > count) {
+        PyErr_SetString(PyExc_IndexError, "read_frames(): start out of range");
+        goto done;
+    }
+    while (stop < count && (stop == start || total < max_bytes)) { /* pass 1: which frames */
+        uint32_t i = ord[stop++];
+        if (i >= (uint64_t)n || o[i] > size || (i + 1 < (uint64_t)n && o[i + 1] < o[i])) {
+            PyErr_SetString(PyExc_IndexError, "read_frames(): order names no frame");
+            goto done;
+        }
+        uint64_t end = i + 1 < (uint64_t)n ? o[i + 1] : size;
+        total += (Py_ssize_t)(end - o[i]);
+    }
+    if (!new_batch(total, stop - start, &data, &ends)) goto done;
+    uint8_t *out = bytes_of(data), *base = out;
+    uint64_t *e = ends_of(ends);
+    for (Py_ssize_t k = start; k < stop; k++) {
+        uint32_t i = ord[k];
+        uint64_t end = i + 1 < (uint64_t)n ? o[i + 1] : size, len = end - o[i];
+        int got = pread_full(fd, out, len, o[i]);
+        if (got < 0) goto done;
+        if (got == 0) {
+            framing_error(o[i], "truncated record (the file shrank)");
+            goto done;
+        }
+        /* Verified by the downloader; checked again because the data CRC is cheap (~0.05
+         * CPU-s/GB) and a flipped bit in the cache must not reach a trainer unnoticed. */
+        if (masked_crc(out + HEADER, len - OVERHEAD) != get_u32(out + len - 4)) {
+            framing_error(o[i], "data CRC mismatch");
+            goto done;
+        }
+        out += len;
+        *e++ = (uint64_t)(out - base);
+    }
+    result = Py_BuildValue("(OOn)", data, ends, stop);
+done:
+    Py_XDECREF(data);
+    Py_XDECREF(ends);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&order);
+    return result;
+}
+
+/* --- reordering: take frames of several batches in a given order ------------------------ */
+
+typedef struct {
+    const uint8_t *p;
+    uint64_t len;
+} span_t;
+
+/* One part: (data, ends, lo, hi); appends its frames lo..hi to `spans`. */
+static int add_part(PyObject *part, span_t *spans, Py_ssize_t *n, Py_buffer *views) {
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(part, "y*y*nn", &views[0], &views[1], &lo, &hi)) return 0;
+    const uint8_t *d = views[0].buf;
+    const uint64_t *e = views[1].buf;
+    if (lo < 0 || hi > views[1].len / 8 || lo > hi) {
+        PyErr_SetString(PyExc_IndexError, "take(): part range out of bounds");
+        return 0;
+    }
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        uint64_t s = i ? e[i - 1] : 0;
+        spans[(*n)++] = (span_t){d + s, e[i] - s};
+    }
+    return 1;
+}
+
+static PyObject *take(PyObject *self, PyObject *args) {
+    PyObject *parts, *result = NULL, *data = NULL, *ends = NULL;
+    Py_buffer order;
+    Py_ssize_t ostart, ostop;
+    if (!PyArg_ParseTuple(args, "O!y*nn", &PyList_Type, &parts, &order, &ostart, &ostop))
+        return NULL;
+    Py_ssize_t nparts = PyList_GET_SIZE(parts), total = 0, n = 0;
+    Py_buffer *views = PyMem_Calloc((size_t)nparts * 2 + 1, sizeof(Py_buffer));
+    Py_ssize_t nspans = 0;
+    for (Py_ssize_t k = 0; k < nparts; k++) {
+        PyObject *t = PyList_GET_ITEM(parts, k);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
+            PyErr_SetString(PyExc_TypeError, "take(): parts are (data, ends, lo, hi)");
+            goto done;
+        }
+        nspans += PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3)) -
+                  PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+    }
+    span_t *spans = PyMem_Malloc(sizeof(span_t) * (size_t)(nspans > 0 ? nspans : 1));
+    if (views == NULL || spans == NULL || PyErr_Occurred()) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        PyMem_Free(spans);
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nparts; k++)
+        if (!add_part(PyList_GET_ITEM(parts, k), spans, &n, &views[2 * k])) goto free_spans;
+    const uint32_t *ord = order.buf;
+    if (ostart < 0 || ostop > order.len / 4 || ostart > ostop) {
+        PyErr_SetString(PyExc_IndexError, "take(): order range out of bounds");
+        goto free_spans;
+    }
+    for (Py_ssize_t k = ostart; k < ostop; k++) {
+        if (ord[k] >= (uint32_t)n) {
+            PyErr_SetString(PyExc_IndexError, "take(): order names a frame out of range");
+            goto free_spans;
+        }
+        total += (Py_ssize_t)spans[ord[k]].len;
+    }
+    if (new_batch(total, ostop - ostart, &data, &ends)) {
+        uint8_t *out = bytes_of(data), *base = out;
+        uint64_t *e = ends_of(ends);
+        for (Py_ssize_t k = ostart; k < ostop; k++) {
+            span_t s = spans[ord[k]];
+            memcpy(out, s.p, s.len);
+            out += s.len;
+            *e++ = (uint64_t)(out - base);
+        }
+        result = Py_BuildValue("(NN)", data, ends);
+    }
+free_spans:
+    for (Py_ssize_t k = 0; k < nparts * 2; k++)
+        if (views[k].obj != NULL) PyBuffer_Release(&views[k]);
+    PyMem_Free(spans);
+done:
+    PyMem_Free(views);
+    PyBuffer_Release(&order);
+    return result;
+}
+
+/* --- the writer's mix: frames of the open objects in the drawn order ---------------------- */
+
+typedef struct {
+    Py_buffer data, ends;
+    Py_ssize_t count;
+} source_t;
+
+static PyObject *interleave(PyObject *self, PyObject *args) {
+    PyObject *sources;
+    Py_buffer cursors, picks;
+    Py_ssize_t start, limit;
+    if (!PyArg_ParseTuple(args, "O!w*y*nn", &PyList_Type, &sources, &cursors, &picks, &start,
+                          &limit))
+        return NULL;
+    Py_ssize_t ns = PyList_GET_SIZE(sources), npicks = picks.len / 4;
+    uint64_t *cur = cursors.buf;
+    const uint32_t *pk = picks.buf;
+    PyObject *result = NULL, *data = NULL;
+    source_t *src = PyMem_Calloc((size_t)(ns ? ns : 1), sizeof(source_t));
+    uint64_t *sim = PyMem_Calloc((size_t)(ns ? ns : 1), sizeof(uint64_t));
+    Py_ssize_t opened = 0;
+    if (src == NULL || sim == NULL || cursors.len / 8 < ns) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "interleave(): one cursor per source");
+        goto done;
+    }
+    for (; opened < ns; opened++) {
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(sources, opened), "y*y*", &src[opened].data,
+                              &src[opened].ends))
+            goto done;
+        src[opened].count = src[opened].ends.len / 8;
+        sim[opened] = cur[opened];
+    }
+    Py_ssize_t stop = start, total = 0;
+    while (stop < npicks && total < limit) { /* pass 1: how far, how many bytes */
+        uint32_t s = pk[stop];
+        if (s >= (uint32_t)ns) {
+            PyErr_SetString(PyExc_IndexError, "interleave(): pick out of range");
+            goto done;
+        }
+        if (sim[s] >= (uint64_t)src[s].count) break; /* the caller refills source s */
+        const uint64_t *e = src[s].ends.buf;
+        total += (Py_ssize_t)(e[sim[s]] - (sim[s] ? e[sim[s] - 1] : 0));
+        sim[s]++;
+        stop++;
+    }
+    data = PyBytes_FromStringAndSize(NULL, total);
+    if (data == NULL) goto done;
+    uint8_t *out = bytes_of(data);
+    for (Py_ssize_t k = start; k < stop; k++) { /* pass 2: copy */
+        uint32_t s = pk[k];
+        const uint64_t *e = src[s].ends.buf;
+        uint64_t from = cur[s] ? e[cur[s] - 1] : 0, len = e[cur[s]] - from;
+        memcpy(out, (const uint8_t *)src[s].data.buf + from, len);
+        out += len;
+        cur[s]++;
+    }
+    result = Py_BuildValue("(On)", data, stop);
+done:
+    for (Py_ssize_t k = 0; k < opened; k++) {
+        PyBuffer_Release(&src[k].data);
+        PyBuffer_Release(&src[k].ends);
+    }
+    Py_XDECREF(data);
+    PyMem_Free(src);
+    PyMem_Free(sim);
+    PyBuffer_Release(&cursors);
+    PyBuffer_Release(&picks);
+    return result;
+}
+
+/* --- seeded choices: SplitMix64, the same sequence as pycore.SplitMix64 ------------------ */
+
+static uint64_t splitmix(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t below(uint64_t *state, uint32_t n) {
+    return (uint32_t)(((unsigned __int128)splitmix(state) * n) >> 64);
+}
+
+static PyObject *permutation(PyObject *self, PyObject *args) {
+    Py_ssize_t n;
+    unsigned long long state;
+    if (!PyArg_ParseTuple(args, "nK", &n, &state)) return NULL;
+    if (n < 0 || n > UINT32_MAX) return PyErr_Format(PyExc_ValueError, "n out of range");
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (out == NULL) return NULL;
+    uint32_t *p = (uint32_t *)PyBytes_AS_STRING(out);
+    uint64_t s = state;
+    for (Py_ssize_t i = 0; i < n; i++) p[i] = (uint32_t)i;
+    for (Py_ssize_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
+        uint32_t j = below(&s, (uint32_t)(i + 1)), t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return Py_BuildValue("(NK)", out, (unsigned long long)s);
+}
+
+static PyObject *picks(PyObject *self, PyObject *args) {
+    Py_ssize_t n, k;
+    unsigned long long state;
+    if (!PyArg_ParseTuple(args, "nnK", &n, &k, &state)) return NULL;
+    if (n < 1 || n > UINT32_MAX || k < 0) return PyErr_Format(PyExc_ValueError, "bad n or k");
+    PyObject *out = PyBytes_FromStringAndSize(NULL, k * 4);
+    if (out == NULL) return NULL;
+    uint32_t *p = (uint32_t *)PyBytes_AS_STRING(out);
+    uint64_t s = state;
+    for (Py_ssize_t i = 0; i < k; i++) p[i] = below(&s, (uint32_t)n);
+    return Py_BuildValue("(NK)", out, (unsigned long long)s);
+}
+
+/* --- set-up ------------------------------------------------------------------------------ */
+
+static PyObject *set_crc32c(PyObject *self, PyObject *arg) {
+    void *address = PyLong_AsVoidPtr(arg);
+    if (address == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a NULL crc32c_extend");
+        return NULL;
+    }
+    crc_extend = (crc_extend_fn)address;
+    static const uint8_t check[] = "123456789"; /* the CRC-32C check value: 0xE3069283 */
+    if (crc_extend(0, check, 9) != 0xE3069283u) {
+        crc_extend = NULL;
+        PyErr_SetString(PyExc_ValueError, "that function does not compute CRC-32C");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_masked_crc(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (!need_crc() || PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c = masked_crc(b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef methods[] = {
+    {"set_crc32c", set_crc32c, METH_O, "Use the crc32c_extend at this address."},
+    {"masked_crc", py_masked_crc, METH_O, "TensorFlow's masked CRC32C of a buffer."},
+    {"frame_lines", frame_lines, METH_VARARGS, "Frame the lines of a chunk as Examples."},
+    {"frame_records", frame_records, METH_O, "Frame a sequence of payloads."},
+    {"frame_examples", frame_examples, METH_O, "Frame samples as Examples."},
+    {"index_file", index_file, METH_VARARGS, "Frame offsets of a TFRecord file."},
+    {"read_frames", read_frames, METH_VARARGS, "Read frames in a given order."},
+    {"take", take, METH_VARARGS, "Frames of several batches in a given order."},
+    {"interleave", interleave, METH_VARARGS, "Frames of several sources by picks."},
+    {"permutation", permutation, METH_VARARGS, "A seeded permutation of range(n)."},
+    {"picks", picks, METH_VARARGS, "k seeded draws from range(n)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "prefetchd.write._native",
+    "The writer's per-record loops in C (see prefetchd/write/pycore.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -1,0 +1,65 @@
+"""A batch of ready TFRecord frames: the unit the writer's stages hand each other (pure).
+
+Formats turn an object into batches, the in-object shuffle reorders them, the writer mixes the
+batches of its open objects into a shard. Per-record work happens inside one call per batch
+(``core.IMPL``), so the Python cost per record is a small constant divided by the batch size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prefetchd.tfrecord import FOOTER_SIZE, HEADER_SIZE
+from prefetchd.write import core
+
+BATCH_BYTES = 1024 * 1024  # formats cut their batches at about this many bytes
+
+
+def as_ends(buffer: Any) -> memoryview:
+    """A buffer of native uint64 (``bytes`` or ``array('Q')``) as an indexable memoryview."""
+    return memoryview(buffer).cast("B").cast("Q")
+
+
+@dataclass(frozen=True)
+class Frames:
+    """``data``: complete TFRecord frames back to back; ``ends[i]``: where frame ``i`` ends."""
+
+    data: bytes
+    ends: memoryview
+
+    @classmethod
+    def of(cls, data: bytes, ends: Any) -> Frames:
+        return cls(data, as_ends(ends))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def start(self, i: int) -> int:
+        """Where frame ``i`` starts in ``data``."""
+        return self.ends[i - 1] if i else 0
+
+    def payloads(self) -> Iterator[bytes]:
+        """Each frame's record data (for tests and the record-level API; not the hot path)."""
+        view = memoryview(self.data)
+        for i in range(len(self)):
+            yield bytes(view[self.start(i) + HEADER_SIZE : self.ends[i] - FOOTER_SIZE])
+
+
+EMPTY = Frames.of(b"", b"")
+
+
+def batched(records: Iterable[bytes], max_bytes: int = BATCH_BYTES) -> Iterator[Frames]:
+    """``records`` framed, in batches of about ``max_bytes`` (for formats that yield records
+    one at a time: plugins, ``tar``, compressed ``tfrecord``)."""
+    pending: list[bytes] = []
+    size = 0
+    for record in records:
+        pending.append(record)
+        size += len(record)
+        if size >= max_bytes:
+            yield Frames.of(*core.IMPL.frame_records(pending))
+            pending, size = [], 0
+    if pending:
+        yield Frames.of(*core.IMPL.frame_records(pending))

@@ -1,0 +1,190 @@
+"""The writer's per-batch operations in pure Python: the fallback of the C core, and its
+reference (``_native.c`` must give the same bytes for the same arguments; tests compare them).
+
+Batches are ``(data, ends)``: TFRecord frames back to back and the uint64 end offset of each
+(see ``frames.py``). ``order`` and ``picks`` buffers hold native uint32. Every seeded choice
+comes from ``SplitMix64``, so both cores draw the same numbers from the same 64-bit state.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+from prefetchd.tfrecord import (
+    FOOTER,
+    HEADER_SIZE,
+    FramingError,
+    frame,
+    index_records,
+    masked_crc,
+)
+from prefetchd.write.example import encode_example
+
+_M64 = (1 << 64) - 1
+Batch = tuple[bytes, "array[int]"]
+
+
+def _u32(buffer: Any) -> memoryview:
+    return memoryview(buffer).cast("B").cast("I")
+
+
+def _u64(buffer: Any) -> memoryview:
+    return memoryview(buffer).cast("B").cast("Q")
+
+
+def _batch(frames: list[bytes]) -> Batch:
+    ends, total = array("Q"), 0
+    for f in frames:
+        total += len(f)
+        ends.append(total)
+    return b"".join(frames), ends
+
+
+def frame_lines(buf: bytes, key: bytes, first: int, final: bool) -> tuple[bytes, Any, int, int]:
+    """Frame each complete line of ``buf`` as Example{data, key, line_number}.
+
+    Lines end at ``\\n`` (one ``\\r`` before it is dropped too); with ``final`` the rest after
+    the last ``\\n`` is a line as well. Blank lines are skipped but counted. Returns ``(data,
+    ends, consumed, next_line_number)``: the caller passes ``buf[consumed:]`` on with the next
+    chunk. The same records as ``LinesFormat.records``.
+    """
+    end = len(buf) if final else buf.rfind(b"\n") + 1
+    pieces = bytes(buf[:end]).split(b"\n")
+    if end == 0 or buf[end - 1 : end] == b"\n":
+        pieces.pop()  # what follows the last newline is not a line (yet)
+    frames = []
+    for number, piece in enumerate(pieces, start=first):
+        data = piece.removesuffix(b"\r")
+        if data:
+            frames.append(frame(encode_example({"data": data, "key": key, "line_number": number})))
+    data_out, ends = _batch(frames)
+    return data_out, ends, end, first + len(pieces)
+
+
+def frame_records(payloads: Sequence[bytes]) -> Batch:
+    """Frame each payload."""
+    return _batch([frame(p) for p in payloads])
+
+
+def frame_examples(samples: list[list[tuple[bytes, bytes | int]]]) -> Batch:
+    """Frame each sample as a tf.train.Example: a list of ``(name, value)`` sorted by name
+    (``example.sorted_features``), values bytes or int64."""
+    return _batch([frame(encode_example({n.decode(): v for n, v in s})) for s in samples])
+
+
+def index_file(fd: int, size: int) -> bytes:
+    """The start offset of every frame of an uncompressed TFRecord file, as uint64 bytes;
+    length CRCs checked. Raises ``FramingError`` (the C core: ``ValueError(offset, reason)``)."""
+    return index_records(fd, size).tobytes()
+
+
+def read_frames(
+    fd: int, size: int, offsets: bytes, order: bytes, start: int, max_bytes: int
+) -> tuple[bytes, Any, int]:
+    """The frames ``order[start:stop]`` of the file (offsets from ``index_file``), copied as
+    they lie, data CRCs checked; ``stop`` is where the frames reach ``max_bytes`` (at least
+    one frame). Returns ``(data, ends, stop)``."""
+    offs, ordr = _u64(offsets), _u32(order)
+    frames: list[bytes] = []
+    total, stop = 0, start
+    while stop < len(ordr) and (stop == start or total < max_bytes):
+        i = ordr[stop]
+        at = offs[i]
+        length = (offs[i + 1] if i + 1 < len(offs) else size) - at
+        f = os.pread(fd, length, at)
+        if len(f) < length:
+            raise FramingError(at, "truncated record (the file shrank)")
+        if masked_crc(f[HEADER_SIZE:-4]) != FOOTER.unpack(f[-4:])[0]:
+            raise FramingError(at, "data CRC mismatch")
+        frames.append(f)
+        total += length
+        stop += 1
+    data, ends = _batch(frames)
+    return data, ends, stop
+
+
+def _spans(parts: list[tuple[bytes, Any, int, int]]) -> list[memoryview]:
+    spans: list[memoryview] = []
+    for data, ends, lo, hi in parts:
+        view, e = memoryview(data), _u64(ends)
+        if not 0 <= lo <= hi <= len(e):
+            raise IndexError("take(): part range out of bounds")
+        spans.extend(view[(e[i - 1] if i else 0) : e[i]] for i in range(lo, hi))
+    return spans
+
+
+def take(parts: list[tuple[bytes, Any, int, int]], order: bytes, start: int, stop: int) -> Batch:
+    """Frames ``lo..hi`` of each ``(data, ends, lo, hi)`` part, numbered across the parts, in
+    the order ``order[start:stop]``."""
+    spans = _spans(parts)
+    return _batch([bytes(spans[i]) for i in _u32(order)[start:stop]])
+
+
+def interleave(
+    sources: list[tuple[bytes, Any]], cursors: Any, picks: bytes, start: int, limit: int
+) -> tuple[bytes, int]:
+    """Frames of ``sources`` in the order ``picks[start:]`` names them, each source from its
+    cursor on (cursors advance in place), until ``limit`` bytes are reached, the picks run
+    out, or a pick names a source with no frame left. Returns ``(data, stop)``: ``picks[stop]``
+    is the first pick not taken."""
+    views, stop = interleave_views(sources, cursors, picks, start, limit)
+    return b"".join(views), stop
+
+
+def interleave_views(
+    sources: list[tuple[bytes, Any]], cursors: Any, picks: bytes, start: int, limit: int
+) -> tuple[list[memoryview], int]:
+    """``interleave`` without the copy: views of the frames, for a vectored write. Both cores
+    use this one for large frames, where a Python step per frame costs nothing per byte and
+    the copy would cost one pass over the data."""
+    ends = [_u64(e) for _, e in sources]
+    views = [memoryview(d) for d, _ in sources]
+    cur, pk = _u64(cursors), _u32(picks)
+    out: list[memoryview] = []
+    total, stop = 0, start
+    while stop < len(pk) and total < limit:
+        s = pk[stop]
+        c = cur[s]
+        if c >= len(ends[s]):
+            break  # the caller refills source s
+        begin = ends[s][c - 1] if c else 0
+        out.append(views[s][begin : ends[s][c]])
+        total += ends[s][c] - begin
+        cur[s] = c + 1
+        stop += 1
+    return out, stop
+
+
+class SplitMix64:
+    """Sebastiano Vigna's SplitMix64; ``below(n)`` maps a draw to ``range(n)`` by
+    multiply-shift (``_native.c`` does the same arithmetic)."""
+
+    def __init__(self, state: int) -> None:
+        self.state = state & _M64
+
+    def next(self) -> int:
+        self.state = z = (self.state + 0x9E3779B97F4A7C15) & _M64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+        return z ^ (z >> 31)
+
+    def below(self, n: int) -> int:
+        return (self.next() * n) >> 64
+
+
+def permutation(n: int, state: int) -> tuple[bytes, int]:
+    """A seeded permutation of ``range(n)`` (Fisher-Yates) as uint32 bytes, and the new state."""
+    rng, p = SplitMix64(state), list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = rng.below(i + 1)
+        p[i], p[j] = p[j], p[i]
+    return array("I", p).tobytes(), rng.state
+
+
+def picks(n: int, k: int, state: int) -> tuple[bytes, int]:
+    """``k`` seeded draws from ``range(n)`` as uint32 bytes, and the new state."""
+    rng = SplitMix64(state)
+    return array("I", [rng.below(n) for _ in range(k)]).tobytes(), rng.state

@@ -1,0 +1,176 @@
+"""The C core (``prefetchd.write._native``) gives the same bytes as its pure-Python twin
+(``prefetchd.write.pycore``) for every operation, including the errors on bad input."""
+
+from __future__ import annotations
+
+import os
+import random
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefetchd.tfrecord import FramingError, frame
+from prefetchd.write import core, pycore
+
+native = pytest.importorskip("prefetchd.write._native")
+if core.crc32c_address() is None:
+    pytest.skip("no libcrc32c for the C core", allow_module_level=True)
+native.set_crc32c(core.crc32c_address())
+
+rng = random.Random(20260601)
+KEY = b"logs/part-0.jsonl"
+
+
+def same(a: Any, b: Any) -> None:
+    """Two results equal, comparing buffers (bytes, array) by their bytes."""
+    if isinstance(a, tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            same(x, y)
+    elif isinstance(a, array | bytes | memoryview):
+        assert bytes(a) == bytes(b)
+    else:
+        assert a == b
+
+
+def text(lines: int) -> bytes:
+    choices = [b"", b"\r", b" ", b"x" * 200, b'{"a": 1}', "ü".encode(), b"\r\r", b"a\rb"]
+    return b"\n".join(rng.choice(choices) + b"%d" % rng.randrange(10) for _ in range(lines))
+
+
+@pytest.mark.parametrize(
+    "buf",
+    [b"", b"\n", b"\n\n\r\n", b"no newline", b"a\r\nb\r\n", b"\r", text(500), text(3) + b"\n"],
+)
+@pytest.mark.parametrize("final", [False, True])
+def test_frame_lines(buf: bytes, final: bool) -> None:
+    same(pycore.frame_lines(buf, KEY, 7, final), native.frame_lines(buf, KEY, 7, final))
+
+
+def test_frame_lines_with_large_line_numbers_and_keys() -> None:
+    buf = text(50)
+    for first in (1, 127, 128, 2**31, 2**62):
+        key = "k" * rng.choice([0, 1, 127, 128, 20000])
+        same(
+            pycore.frame_lines(buf, key.encode(), first, True),
+            native.frame_lines(buf, key.encode(), first, True),
+        )
+
+
+def test_frame_records_and_examples() -> None:
+    payloads = [b"", b"a", rng.randbytes(300), rng.randbytes(70000)]
+    same(pycore.frame_records(payloads), native.frame_records(payloads))
+    samples: list[list[tuple[bytes, bytes | int]]] = [
+        [(b"data", rng.randbytes(1000)), (b"key", b"k")],
+        [(b"a", -1), (b"b", 2**63 - 1), (b"c", -(2**63)), (b"d", 0)],
+        [],
+        [("ü".encode(), b"")],
+    ]
+    same(pycore.frame_examples(samples), native.frame_examples(samples))
+
+
+@pytest.mark.parametrize("bad", [2**63, True, 1.5, "text"])
+def test_frame_examples_rejects_what_encode_example_rejects(bad: object) -> None:
+    sample = [[(b"x", bad)]]
+    with pytest.raises((TypeError, ValueError)) as python_error:
+        pycore.frame_examples(sample)  # type: ignore[arg-type]
+    with pytest.raises(python_error.type):
+        native.frame_examples(sample)  # type: ignore[arg-type]
+
+
+def tfrecord_file(path: Path, sizes: list[int]) -> Path:
+    path.write_bytes(b"".join(frame(rng.randbytes(n)) for n in sizes))
+    return path
+
+
+def test_index_and_read_frames(tmp_path: Path) -> None:
+    path = tfrecord_file(tmp_path / "f", [rng.choice([0, 5, 5000, 70000]) for _ in range(300)])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        offsets = native.index_file(fd, size)
+        assert offsets == pycore.index_file(fd, size)
+        order, _ = native.permutation(300, 5)
+        for start, max_bytes in ((0, 1), (0, 10**9), (17, 100_000), (299, 1)):
+            same(
+                pycore.read_frames(fd, size, offsets, order, start, max_bytes),
+                native.read_frames(fd, size, offsets, order, start, max_bytes),
+            )
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("damage", ["flip-data", "flip-length", "truncate", "garbage"])
+def test_both_cores_report_the_same_framing_error(tmp_path: Path, damage: str) -> None:
+    data = bytearray(b"".join(frame(b"%05d" % i) for i in range(100)))
+    if damage == "flip-data":
+        data[len(data) // 2] ^= 0x01
+    elif damage == "flip-length":
+        data[len(frame(b"00000")) * 3] ^= 0x01
+    elif damage == "truncate":
+        del data[-2:]
+    else:
+        data += b"\x00" * 5
+    path = tmp_path / "f"
+    path.write_bytes(bytes(data))
+    errors = []
+    for impl in (pycore, native):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            offsets = impl.index_file(fd, size)
+            order = array("I", range(len(offsets) // 8)).tobytes()
+            impl.read_frames(fd, size, offsets, order, 0, 10**9)
+        except ValueError as exc:
+            errors.append(core.framing_error(exc))
+        finally:
+            os.close(fd)
+    assert len(errors) == 2 and all(isinstance(e, FramingError) for e in errors)
+    assert (errors[0].offset, errors[0].reason) == (errors[1].offset, errors[1].reason)
+
+
+def batch(n: int) -> tuple[bytes, bytes]:
+    return native.frame_records([rng.randbytes(rng.randrange(0, 200)) for _ in range(n)])
+
+
+def test_take_across_parts() -> None:
+    a, b = batch(40), batch(25)
+    parts = [(a[0], a[1], 3, 40), (b[0], b[1], 0, 10), (a[0], a[1], 0, 0)]
+    order, _ = native.permutation(47, 11)
+    for start, stop in ((0, 47), (5, 20), (9, 9)):
+        same(pycore.take(parts, order, start, stop), native.take(parts, order, start, stop))
+    with pytest.raises(IndexError):
+        native.take([(a[0], a[1], 0, 41)], order, 0, 1)
+    with pytest.raises(IndexError):
+        native.take([(a[0], a[1], 0, 2)], order, 0, 47)
+
+
+def test_interleave_stops_at_limit_and_at_an_empty_source() -> None:
+    sources = [batch(30), batch(5), batch(60)]
+    picks, _ = native.picks(3, 200, 9)
+    for start, limit in ((0, 10**9), (0, 1), (10, 2000), (199, 10**9)):
+        cursors = [array("Q", [0, 2, 7]) for _ in range(2)]
+        got = [
+            impl.interleave(sources, c, picks, start, limit)
+            for impl, c in zip((pycore, native), cursors, strict=True)
+        ]
+        same(got[0], got[1])
+        assert cursors[0] == cursors[1]
+
+
+def test_seeded_draws_are_the_same_in_both() -> None:
+    for n, state in ((0, 1), (1, 2), (2, 3), (1000, 2**64 - 1)):
+        same(pycore.permutation(n, state), native.permutation(n, state))
+    for n, k, state in ((1, 5, 0), (8, 10000, 42), (3, 0, 7)):
+        same(pycore.picks(n, k, state), native.picks(n, k, state))
+    perm, _ = native.permutation(1000, 1)
+    assert sorted(memoryview(perm).cast("I")) == list(range(1000))
+
+
+def test_masked_crc_is_tensorflows() -> None:
+    from prefetchd.tfrecord import masked_crc
+
+    for data in (b"", b"123456789", rng.randbytes(100_000)):
+        assert native.masked_crc(data) == masked_crc(data)
