@@ -28,6 +28,7 @@ class Finding:
 def run_checks(config: Config) -> list[Finding]:
     findings = [Finding("ok", f"config {config.path or '(object)'} is valid")]
     findings.append(_check_format(config))
+    findings.append(_check_writer_core())
     findings += list(_check_store(config))
     findings.append(_check_ram_dir(config))
     findings.append(
@@ -91,6 +92,14 @@ def _check_format(config: Config) -> Finding:
     except ConfigError as exc:
         return Finding("fail", str(exc))
     return Finding("ok", f"source.format {config.source.format} is available")
+
+
+def _check_writer_core() -> Finding:
+    """Which core frames records: the C core, or its slower pure-Python twin (same bytes)."""
+    from prefetchd.write import core, pycore
+
+    level = "ok" if core.IMPL is not pycore else "warn"
+    return Finding(level, f"writers frame records in {core.ACTIVE}")
 
 
 def _check_manifest(client: S3Client, manifest: str) -> Finding:

@@ -163,10 +163,10 @@ class SplitMix64:
     multiply-shift (``_native.c`` does the same arithmetic)."""
 
     def __init__(self, state: int) -> None:
-        self.state = state & _M64
+        self.position = state & _M64  # the generator's 64-bit state (not a process state)
 
     def next(self) -> int:
-        self.state = z = (self.state + 0x9E3779B97F4A7C15) & _M64
+        self.position = z = (self.position + 0x9E3779B97F4A7C15) & _M64
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
         return z ^ (z >> 31)
@@ -181,10 +181,10 @@ def permutation(n: int, state: int) -> tuple[bytes, int]:
     for i in range(n - 1, 0, -1):
         j = rng.below(i + 1)
         p[i], p[j] = p[j], p[i]
-    return array("I", p).tobytes(), rng.state
+    return array("I", p).tobytes(), rng.position
 
 
 def picks(n: int, k: int, state: int) -> tuple[bytes, int]:
     """``k`` seeded draws from ``range(n)`` as uint32 bytes, and the new state."""
     rng = SplitMix64(state)
-    return array("I", [rng.below(n) for _ in range(k)]).tobytes(), rng.state
+    return array("I", [rng.below(n) for _ in range(k)]).tobytes(), rng.position
