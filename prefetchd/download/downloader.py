@@ -106,6 +106,7 @@ class Downloader:
             epoch_bytes=0,
             epoch_bytes_done=0,
             window_bytes=0,
+            window_fetching_bytes=0,
             window_limit=self.window.limit,
             activity=Activity.LISTING,
             activity_detail=None,
@@ -334,6 +335,9 @@ class Downloader:
 
     def _report(self) -> None:
         self.counters["window_bytes"] = self.window.used
+        self.counters["window_fetching_bytes"] = sum(
+            job.obj.size for job in (*self.active.values(), *(job for _, job in self.retry_queue))
+        )
         self.ctx.report()
 
     def _apply_deletions(self, timeout: float) -> None:

@@ -100,6 +100,7 @@ class DownloaderCounters(TypedDict):
     epoch_bytes: int
     epoch_bytes_done: int
     window_bytes: int
+    window_fetching_bytes: int  # of window_bytes: objects not yet published (GETs, retries)
     window_limit: int
     activity: Activity
     activity_detail: str | None  # with PAUSED: the reason and the retry delay
@@ -175,6 +176,7 @@ class ChildReport:
     epoch_bytes: int = 0
     epoch_bytes_done: int = 0
     window_bytes: int = 0
+    window_fetching_bytes: int = 0
     ram_wait_s: float = 0.0
     objects_open: int = 0
     last_errors: tuple[ErrorEntry, ...] = ()

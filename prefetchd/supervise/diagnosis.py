@@ -9,9 +9,11 @@ downloader's ``Activity`` as the downloader reported it:
   - downloads ``PAUSED`` on store errors or throttling -> ``store-bound``;
   - writers blocked on ``output.ram_budget`` for ``RAM_BLOCKED`` of their time while trainers
     wait -> ``ram-bound`` (the budget is held by shards the trainers have claimed);
-  - the download window at least ``WINDOW_FULL`` full, or the downloader with nothing left to
-    fetch for now (``DOWNLOADS_AHEAD``) -> ``writer-bound`` (objects are here, writers cannot
-    turn them into shards fast enough);
+  - everything downloaded, or the window full (at least ``WINDOW_FULL``, or the downloader
+    waiting for room) with less than ``LATE`` of it still being fetched -> ``writer-bound``
+    (objects are here, writers cannot turn them into shards fast enough);
+  - the window full, but mostly of objects still being fetched -> ``store-bound``: downloads
+    are merely late (a slow store or network, first-byte latency), not the writers;
   - else -> ``store-bound`` (the window is not filling: downloads are the limit).
 """
 
@@ -25,8 +27,9 @@ __all__ = ["DOWNLOADS_AHEAD", "VERDICTS", "Verdict", "diagnose"]
 STARVED = 0.10  # trainers waiting this share of their time or more are starved
 RAM_BLOCKED = 0.50
 WINDOW_FULL = 0.80
+LATE = 0.50  # share of the window still being fetched above which downloads, not writers, lag
 
-# The downloader's activities when it is ahead of the writers (nothing to fetch right now).
+# The downloader's activities when it has nothing to fetch right now: all done, or no room.
 DOWNLOADS_AHEAD = frozenset({Activity.FINISHED, Activity.WAITING_FOR_WINDOW})
 
 
@@ -79,7 +82,9 @@ def diagnose(status: StatusRecord, activity: Activity | None) -> Verdict:
                 f"RAM disk {_pct(ram)} full, {claimed} shards being read, {ready} ready",
             ],
         )
-    if window >= WINDOW_FULL or activity in DOWNLOADS_AHEAD:
+    fetching = _fill(status.window_fetching_bytes, status.window_bytes)
+    window_full = window >= WINDOW_FULL or activity in DOWNLOADS_AHEAD
+    if activity is Activity.FINISHED or (window_full and fetching < LATE):
         return Verdict(
             "writer-bound",
             "objects are downloaded but writers cannot turn them into shards fast enough: "
@@ -88,6 +93,17 @@ def diagnose(status: StatusRecord, activity: Activity | None) -> Verdict:
                 evidence_wait,
                 f"download window {_pct(window)} full, downloader {words or 'idle'}",
                 f"writers at {records:.0f} records/s",
+            ],
+        )
+    if window_full:
+        return Verdict(
+            "store-bound",
+            "downloads are late: the window is full of objects still being fetched, so the "
+            "store or network is the limit, not the writers",
+            [
+                evidence_wait,
+                f"download window {_pct(window)} full, {_pct(fetching)} of it still downloading",
+                f"downloading {rate / 1e6:.1f} MB/s",
             ],
         )
     return Verdict(

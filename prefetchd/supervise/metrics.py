@@ -92,6 +92,12 @@ METRICS = (
     Figure("prefetchd_shards_claimed", "gauge", "shards_claimed", "Shards being read"),
     Figure("prefetchd_window_bytes", "gauge", "window_bytes", "Raw bytes in the window"),
     Figure("prefetchd_window_limit_bytes", "gauge", "window_limit", "download.window"),
+    Figure(
+        "prefetchd_window_fetching_bytes",
+        "gauge",
+        "window_fetching_bytes",
+        "Bytes of the window still being downloaded",
+    ),
     Figure("prefetchd_ram_bytes", "gauge", "ram_bytes", "Bytes of shards on the RAM disk"),
     Figure("prefetchd_ram_budget_bytes", "gauge", "ram_budget", "output.ram_budget"),
     Figure(

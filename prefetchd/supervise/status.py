@@ -302,7 +302,12 @@ def _throughput(s: StatusRecord) -> list[str]:
 def _budgets(s: StatusRecord) -> list[str]:
     return [
         f"  window        {_bar(s.window_bytes, s.window_limit)}"
-        f"  {format_size(s.window_bytes)} of {format_size(s.window_limit)}",
+        f"  {format_size(s.window_bytes)} of {format_size(s.window_limit)}"
+        + (
+            f", {format_size(s.window_fetching_bytes)} downloading"
+            if s.window_fetching_bytes
+            else ""
+        ),
         f"  RAM disk      {_bar(s.ram_bytes, s.ram_budget)}"
         f"  {format_size(s.ram_bytes)} of {format_size(s.ram_budget)}",
         f"  shards        {s.shards_ready} ready, {s.shards_claimed} being read",

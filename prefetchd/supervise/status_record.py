@@ -103,6 +103,7 @@ class StatusRecord:
     shards_ready: int = 0
     shards_claimed: int = 0
     window_bytes: int = 0
+    window_fetching_bytes: int = 0
     window_limit: int = 0
     ram_bytes: int = 0
     ram_budget: int = 0

@@ -398,6 +398,7 @@ class Supervisor:
             shards_ready=_count(lay.ram_ready),
             shards_claimed=_count(lay.ram_claimed),
             window_bytes=dl.window_bytes,
+            window_fetching_bytes=dl.window_fetching_bytes,
             window_limit=self.config.download.window,
             ram_bytes=dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed),
             ram_budget=self.config.output.ram_budget,

@@ -110,6 +110,9 @@ RUNNING = StatusRecord(
         ({"consumer_wait_ratio": 0.02, "shards_ready": 5}, "consumer-bound"),
         ({}, "store-bound"),
         ({"window_bytes": 95}, "writer-bound"),
+        ({"window_bytes": 95, "window_fetching_bytes": 40}, "writer-bound"),
+        # a window full of objects still in flight: downloads are late, the writers wait
+        ({"window_bytes": 95, "window_fetching_bytes": 80}, "store-bound"),
         ({"writer_ram_wait_ratio": 0.9, "ram_bytes": 100, "window_bytes": 95}, "ram-bound"),
         ({"consumers": 0}, "idle"),
         ({"state": "starting"}, "unknown"),
@@ -155,6 +158,18 @@ def test_verdict_of_an_unknown_activity_is_decided_by_the_figures() -> None:
     """A newer downloader's activity this version cannot read: the window fill decides."""
     assert diagnose(RUNNING, None).verdict == "store-bound"
     assert diagnose(replace(RUNNING, window_bytes=95), None).verdict == "writer-bound"
+
+
+def test_late_downloads_are_named_as_such_not_blamed_on_the_writers() -> None:
+    """Behind first-byte latency every object in the window can be in flight at once: the
+    window is full, the downloader waits for room, and the writers have nothing to write."""
+    late = replace(RUNNING, window_bytes=100, window_fetching_bytes=90)
+    result = diagnose(late, Activity.WAITING_FOR_WINDOW)
+    assert result.verdict == "store-bound"
+    assert "late" in result.summary
+    assert any("90% of it still downloading" in e for e in result.evidence), result.evidence
+    finished = diagnose(replace(late, window_fetching_bytes=0), Activity.FINISHED)
+    assert finished.verdict == "writer-bound"
 
 
 def test_paused_verdict_quotes_the_downloaders_words() -> None:
