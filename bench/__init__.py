@@ -49,4 +49,6 @@ One module per concern:
   tuning curves;
 - ``manifest_scale`` and ``shuffle_quality``: benchmarks of their own
   (``python -m bench.manifest_scale``, ``python -m bench.shuffle_quality``).
+- ``profile_writer``, ``profile_download``, ``profile_trainer``: one stage measured on its own
+  (``python -m bench.profile_writer``, ...; "Profiling one stage" in ``docs/benchmarks.md``).
 """

@@ -5,9 +5,11 @@
 
 The CRT runs HTTP, signing and file writes on its own native threads (``recv_filepath``), so
 no Python touches the bytes. All objects are requested at once; the client's connection limit
-bounds what is in flight. Prints ``objects bytes seconds startup_cpu_s`` on success, the last
-being this process's CPU from its start to its first GET (interpreter, imports, listing), so
-the harness can tell the transfer's CPU from the start-up's. Credentials come from
+bounds what is in flight. Prints ``objects bytes seconds startup_cpu_s transfer_cpu_s
+transfer_s`` on success: ``startup_cpu_s`` is this process's CPU from its start to its first GET
+(interpreter, imports, listing), so the harness can tell the transfer's CPU from the
+start-up's; the last two are its CPU and wall time from the first GET to the last object
+(neither listing nor exit counted: ``bench.profile_download``'s ceiling). Credentials come from
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
 """
 
@@ -25,6 +27,12 @@ import awscrt.auth
 import awscrt.http
 import awscrt.s3
 import boto3
+
+
+def cpu_now() -> float:
+    """CPU seconds (user + system) of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -63,8 +71,8 @@ def main() -> int:
             errors.append(f"{key}: {error}")
         left.release()
 
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    startup_cpu = usage.ru_utime + usage.ru_stime
+    startup_cpu = cpu_now()
+    first_get = time.perf_counter()
     requests = []
     for i, (key, _) in enumerate(objects):
         headers = awscrt.http.HttpHeaders([("Host", host)])
@@ -79,11 +87,19 @@ def main() -> int:
         )
     for _ in requests:
         left.acquire()
+    transfer_cpu, transfer_s = cpu_now() - startup_cpu, time.perf_counter() - first_get
     elapsed = time.perf_counter() - started
     if errors:
         print("\n".join(errors[:5]), file=sys.stderr)
         return 1
-    print(len(objects), sum(size for _, size in objects), f"{elapsed:.3f}", f"{startup_cpu:.3f}")
+    print(
+        len(objects),
+        sum(size for _, size in objects),
+        f"{elapsed:.3f}",
+        f"{startup_cpu:.3f}",
+        f"{transfer_cpu:.3f}",
+        f"{transfer_s:.3f}",
+    )
     return 0
 
 

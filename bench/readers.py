@@ -19,6 +19,9 @@ number of records: the objects' TFRecord records, for ``raw`` data one record pe
   interleave of ``TFRecordDataset`` (no cache copy, no re-framing, no mixing).
 - ``floor``: TFRecord files already on tmpfs, read the way ``prefetchd.tf.dataset`` reads
   shards (interleave of ``TFRecordDataset``, cycle 4, then prefetch).
+- ``files``: the same files in name order, as plainly as TensorFlow reads them: one
+  ``TFRecordDataset`` over all, or ``spec["cycle_length"]`` of them interleaved, TensorFlow's
+  default buffers (``bench.profile_trainer``'s floor and lean trainers).
 
 Adding a reader: a function here and an entry in ``READERS``.
 """
@@ -110,6 +113,19 @@ def floor(spec: dict[str, Any], tf: Any) -> Any:
     return interleaved_files(tf.data.Dataset.from_tensor_slices(files), tf)
 
 
+def files(spec: dict[str, Any], tf: Any) -> Any:
+    """Every file of ``spec["floor_dir"]`` in name order: one ``TFRecordDataset``, or with
+    ``spec["cycle_length"]`` > 0 that many files read at once (``interleave``)."""
+    folder = spec["floor_dir"]
+    paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
+    cycle = int(spec.get("cycle_length", 0))
+    if cycle <= 0:
+        return tf.data.TFRecordDataset(paths)
+    return tf.data.Dataset.from_tensor_slices(paths).interleave(
+        tf.data.TFRecordDataset, cycle_length=cycle
+    )
+
+
 def lean(spec: dict[str, Any], tf: Any) -> Any:
     """The files ``bench.lean`` announces on the FIFO ``spec["lean_fifo"]``, one path a line,
     read as they complete; the FIFO's end (the downloader closed it) ends the dataset."""
@@ -126,10 +142,12 @@ def lean(spec: dict[str, Any], tf: Any) -> Any:
 
 
 def prefetchd_dataset(spec: dict[str, Any], tf: Any) -> Any:
-    """The daemon's shards through ``prefetchd.tf.dataset`` (the harness starts the daemon)."""
+    """The daemon's shards through ``prefetchd.tf.dataset`` (the harness starts the daemon);
+    ``spec["dataset_kwargs"]``, if any, are passed to it as well."""
     import prefetchd.tf
 
-    return prefetchd.tf.dataset(spec["config"], cycle_length=int(spec.get("cycle_length", 4)))
+    kwargs = {"cycle_length": int(spec.get("cycle_length", 4)), **spec.get("dataset_kwargs", {})}
+    return prefetchd.tf.dataset(spec["config"], **kwargs)
 
 
 def baseline(spec: dict[str, Any], tf: Any) -> Any:
@@ -224,4 +242,5 @@ READERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "prefetchd": prefetchd_dataset,
     "lean": lean,
     "floor": floor,
+    "files": files,
 }

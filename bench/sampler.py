@@ -83,15 +83,17 @@ def tree_pids(pid: int) -> list[int]:
     return pids
 
 
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by ``pid`` alone; None if it has gone."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return None
+
+
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) used so far by ``pid`` and its living descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for current in tree_pids(pid):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+    return sum(cpu for current in tree_pids(pid) if (cpu := process_cpu(current)) is not None)
 
 
 class StartupProbe(threading.Thread):
@@ -130,7 +132,7 @@ class StartupProbe(threading.Thread):
     def _wait_for_file(self, directories: tuple[Path, ...], interval: float) -> bool:
         """Whether a file appeared in one of ``directories`` before ``stop()``."""
         while not self._stop_event.is_set():
-            if any(_has_entries(directory) for directory in directories):
+            if any(has_entries(directory) for directory in directories):
                 return True
             self._stop_event.wait(interval)
         return False
@@ -149,7 +151,8 @@ class StartupProbe(threading.Thread):
         self.join()
 
 
-def _has_entries(directory: Path) -> bool:
+def has_entries(directory: Path) -> bool:
+    """Whether ``directory`` holds anything (False if it does not exist)."""
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
         return any(True for _ in entries)
     return False

@@ -11,16 +11,22 @@ and for prefetchd the daemon, which the harness starts at the same moment it say
 pure-Python computation and times it; its median (and the step time) are reported. Background
 Python threads of a loader (py_function, boto3, s3fs's event loop) contend for the GIL and
 stretch that work; TensorFlow's C++ reading does not.
+
+``thread_cpu`` true adds ``threads_cpu_s``: the CPU of each of the process's threads over the
+read (``/proc``), Python threads by name, TensorFlow's native ones summed as ``native``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import sys
+import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from bench.readers import READERS
@@ -49,6 +55,27 @@ def build(spec: dict[str, Any], tf: Any) -> Any:
     return stats.prefetch(tf.data.AUTOTUNE)
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's live threads (``/proc``): Python threads by name, the
+    rest (TensorFlow's) summed as ``native``."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")")[1].split()
+            name = names.get(int(tid), "native")
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def thread_cpu_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each thread group's CPU between two ``thread_cpu()`` readings (pure), groups that used
+    none left out."""
+    spent = {name: cpu - before.get(name, 0.0) for name, cpu in after.items()}
+    return {name: round(cpu, 3) for name, cpu in spent.items() if cpu > 0}
+
+
 def measure(spec: dict[str, Any], ds: Any) -> dict[str, Any]:
     import psutil
 
@@ -58,11 +85,13 @@ def measure(spec: dict[str, Any], ds: Any) -> dict[str, Any]:
     step_s: list[float] = []
     records = nbytes = batches = 0
     first_batch = None
+    threads0 = thread_cpu() if spec.get("thread_cpu") else {}
     cpu0 = cpu_first = me.cpu_times()
     go_unix = time.time()
     t0 = time.perf_counter()
     last = t0
-    for _, n, size in ds:
+    reading = iter(ds)  # kept until its threads' CPU is read below
+    for _, n, size in reading:
         now = time.perf_counter()
         if first_batch is None:
             first_batch = now - t0
@@ -94,6 +123,8 @@ def measure(spec: dict[str, Any], ds: Any) -> dict[str, Any]:
         "trainer_cpu_steady_s": cpu_steady,
         "trainer_rss_bytes": me.memory_info().rss,
     }
+    if spec.get("thread_cpu"):
+        result["threads_cpu_s"] = thread_cpu_since(threads0, thread_cpu())
     if gil_work and work_s:
         result["work_ms_median"] = 1000 * statistics.median(work_s)
         result["step_ms_median"] = 1000 * statistics.median(step_s[1:] or step_s)

@@ -154,25 +154,30 @@ def lines_object(first_id: int, size: int, rng: random.Random) -> tuple[bytes, l
     return b"".join(lines), list(range(first_id, first_id + len(lines)))
 
 
-def tar_sample(sample_id: int, rng: random.Random) -> list[tuple[str, bytes]]:
-    """The member files of one WebDataset sample, named ``<id>.<ext>``, as ``TAR_MEMBERS``."""
+def tar_sample(
+    sample_id: int, rng: random.Random, members: Sequence[str] = TAR_MEMBERS
+) -> list[tuple[str, bytes]]:
+    """The member files of one WebDataset sample, named ``<id>.<ext>``, in the order of
+    ``members`` (a subset of ``TAR_MEMBERS``; the random draws are the same either way)."""
     label = rng.randrange(LABELS)
     blob = rng.randbytes(rng.randint(TAR_BLOB_MIN, TAR_BLOB_MAX))
     meta = {"id": sample_id, "label": label, "width": 224, "height": 224, "bytes": len(blob)}
     name = f"{sample_id:09d}"
     contents = {"jpg": blob, "cls": str(label).encode(), "json": json.dumps(meta).encode()}
-    return [(f"{name}.{ext}", contents[ext]) for ext in TAR_MEMBERS]
+    return [(f"{name}.{ext}", contents[ext]) for ext in members]
 
 
-def tar_object(first_id: int, size: int, rng: random.Random) -> tuple[bytes, list[int]]:
+def tar_object(
+    first_id: int, size: int, rng: random.Random, members: Sequence[str] = TAR_MEMBERS
+) -> tuple[bytes, list[int]]:
     """A tar of at least one sample and about ``size`` bytes (ustar, mtime 0, mode 0644, no
-    owner: the same bytes every time); its samples' ids."""
+    owner: the same bytes every time); its samples' ids. ``members`` is ``tar_sample``'s."""
     out = io.BytesIO()
     ids: list[int] = []
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         while not ids or out.tell() < size:
             ids.append(first_id + len(ids))
-            for name, data in tar_sample(ids[-1], rng):
+            for name, data in tar_sample(ids[-1], rng, members):
                 info = tarfile.TarInfo(name)
                 info.size, info.mode = len(data), 0o644
                 tar.addfile(info, io.BytesIO(data))
@@ -202,9 +207,11 @@ def generate(
     seed: int,
     first_id: int = 0,
     record_size: int | None = None,
+    tar_members: Sequence[str] = TAR_MEMBERS,
 ) -> Iterator[tuple[str, bytes, list[int]]]:
     """Yield ``(key, body, record_ids)`` for each object, deterministically from ``seed``;
-    ``record_size`` (tfrecord only) fixes the framed size of every record."""
+    ``record_size`` (tfrecord only) fixes the framed size of every record, ``tar_members``
+    (tar only) which files each sample holds (e.g. ``("json", "cls")``: small samples only)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     prefix = normalize_prefix(prefix)
@@ -216,7 +223,10 @@ def generate(
             yield key, raw_object(size, rng), []
             continue
         if kind in ("lines", "tar"):
-            body, ids = (lines_object if kind == "lines" else tar_object)(next_id, size, rng)
+            if kind == "lines":
+                body, ids = lines_object(next_id, size, rng)
+            else:
+                body, ids = tar_object(next_id, size, rng, tar_members)
             next_id += len(ids)
             yield key, body, ids
             continue

@@ -1,38 +1,37 @@
 """The writer's own CPU per record and per GB, in-process, with no object store.
 
-Prepares seeded objects in a private ``cache/ready`` (as the downloader would publish them),
-runs one ``Writer`` over them in this process until every object is consumed, and reports the
-CPU time (``time.process_time``: user + system of this process) per record and per GB of
-input. Nothing else runs, so the numbers are the writer's share of the daemon's CPU::
+    python -m bench.profile_writer                          # every dataset, 3 repeats
+    python -m bench.profile_writer lines --repeats 5
+    python -m bench.profile_writer --mb 64 --repeats 3 --json out.json
+    PREFETCHD_NATIVE=0 python -m bench.profile_writer       # the pure-Python core
 
-    PYTHONPATH=$PWD python scripts/bench_writer.py                  # every dataset, 3 repeats
-    PYTHONPATH=$PWD python scripts/bench_writer.py lines --repeats 5
-    PYTHONPATH=$PWD python scripts/bench_writer.py --json out.json
+Prepares seeded objects (``testkit.sample_data``) in a private ``cache/ready`` as the
+downloader would publish them, runs one ``Writer`` over them in this process until every object
+is consumed, and reports the CPU time (``time.process_time``: user + system of this process)
+per record and per GB of input. Nothing else runs, so the numbers are the writer's share of
+the daemon's CPU.
 
 Datasets (about ``--mb`` MB of input each):
 
     lines      JSONL objects of 1 MiB, ~120-byte lines -> Example{key, line_number, data}
-    tar        WebDataset tars of 1 MiB, samples of a ~120-byte .json and a .cls member
+    tar        WebDataset tars of 1 MiB, samples of a small .json and a .cls member
     raw        objects of 64-200 KiB -> Example{key, data}
     tfrecord   TFRecord objects of 4 MiB holding 64 KiB records, passed through
 
 Run it against another checkout (e.g. ``git archive main | tar -x -C /tmp/base``) with
-``PYTHONPATH=/tmp/base`` to get the baseline of a change: the script only uses interfaces
-both sides share (``Writer``, ``ChildContext``, ``Layout``, ``config_from_dict``).
+``PYTHONPATH=/tmp/base`` to get the baseline of a change: it only uses interfaces both sides
+share (``Writer``, ``ChildContext``, ``Layout``, ``config_from_dict``).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import random
 import shutil
 import sys
-import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,78 +39,69 @@ from typing import Any
 from prefetchd.config import Config, config_from_dict
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.supervise.child import ChildContext
-from prefetchd.tfrecord import frame
 from prefetchd.write.writer import Writer
+from testkit import sample_data
 
 BUCKET = "bench"
-MiB = 1024 * 1024
-DATASETS = ("lines", "tar", "raw", "tfrecord")
+KiB, MiB = 1024, 1024**2
 
 
-# --- seeded objects ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WriterDataset:
+    """One input the writer is profiled on: ``testkit.sample_data`` objects of a kind."""
+
+    kind: sample_data.Kind
+    min_size: int
+    max_size: int
+    record_size: int | None = None  # tfrecord: framed bytes per record
+    tar_members: tuple[str, ...] = sample_data.TAR_MEMBERS  # tar: the files of a sample
 
 
-def jsonl_object(rng: random.Random, size: int) -> bytes:
-    """JSONL lines of about 120 bytes up to ``size`` bytes."""
-    lines, total, n = [], 0, 0
-    while total < size:
-        text = "".join(
-            rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(rng.randint(70, 95))
-        )
-        line = json.dumps({"id": n, "label": rng.randrange(1000), "text": text}).encode() + b"\n"
-        lines.append(line)
-        total += len(line)
-        n += 1
-    return b"".join(lines)
-
-
-def tar_object(rng: random.Random, size: int) -> bytes:
-    """A WebDataset tar of samples ``<n>.json`` (~120 bytes) + ``<n>.cls`` up to ``size``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        n = 0
-        while buf.tell() < size:
-            for ext, data in (("json", jsonl_object(rng, 100)), ("cls", b"%d" % (n % 1000))):
-                info = tarfile.TarInfo(f"s/{n:07d}.{ext}")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            n += 1
-    return buf.getvalue()
-
-
-def raw_object(rng: random.Random, size: int) -> bytes:
-    return rng.randbytes(rng.randint(64 * 1024, 200 * 1024))
-
-
-def tfrecord_object(rng: random.Random, size: int) -> bytes:
-    return b"".join(frame(rng.randbytes(64 * 1024)) for _ in range(size // (64 * 1024 + 16)))
-
-
-MAKERS: dict[str, tuple[Callable[[random.Random, int], bytes], int, str]] = {
-    # name: (maker, object size, key suffix)
-    "lines": (jsonl_object, MiB, ".jsonl"),
-    "tar": (tar_object, MiB, ".tar"),
-    "raw": (raw_object, 0, ".bin"),
-    "tfrecord": (tfrecord_object, 4 * MiB, ".tfrecord"),
+DATASETS: dict[str, WriterDataset] = {
+    "lines": WriterDataset("lines", MiB, MiB),
+    # Small samples only (no image blob): the per-record cost is what this one measures.
+    "tar": WriterDataset("tar", MiB, MiB, tar_members=("json", "cls")),
+    "raw": WriterDataset("raw", 64 * KiB, 200 * KiB),
+    "tfrecord": WriterDataset("tfrecord", 4 * MiB, 4 * MiB, record_size=64 * KiB),
 }
 
 
-def make_objects(dataset: str, total_mb: float, seed: int) -> Iterator[tuple[str, bytes]]:
-    """``(key, body)`` pairs of about ``total_mb`` MB in all."""
-    maker, size, suffix = MAKERS[dataset]
-    rng = random.Random(seed)
-    made, index = 0, 0
-    while made < total_mb * 1e6:
-        body = maker(rng, size)
-        yield f"{dataset}/{index:06d}{suffix}", body
+# --- seeded objects (pure) ---------------------------------------------------------------------
+
+
+def up_to(
+    objects: Iterable[tuple[str, bytes, list[int]]], total: int
+) -> Iterator[tuple[str, bytes]]:
+    """``(key, body)`` of ``objects`` until at least ``total`` bytes were yielded."""
+    made = 0
+    for key, body, _ in objects:
+        if made >= total:
+            return
+        yield key, body
         made += len(body)
-        index += 1
+
+
+def make_objects(dataset: str, total_mb: float, seed: int) -> list[tuple[str, bytes]]:
+    """``(key, body)`` pairs of about ``total_mb`` MB in all (the last object crosses it)."""
+    spec = DATASETS[dataset]
+    total = int(total_mb * 1e6)
+    count = total // spec.min_size + 1  # enough sizes: generation is lazy, ``up_to`` stops it
+    sizes = sample_data.object_sizes(count, spec.min_size, spec.max_size, seed)
+    objects = sample_data.generate(
+        f"{dataset}/",
+        kind=spec.kind,
+        sizes=sizes,
+        seed=seed,
+        record_size=spec.record_size,
+        tar_members=spec.tar_members,
+    )
+    return list(up_to(objects, total))
 
 
 # --- one run -----------------------------------------------------------------------------------
 
 
-class BenchContext(ChildContext):
+class ProfileContext(ChildContext):
     """A writer's context that asks it to stop once ``objects`` objects are consumed."""
 
     def __init__(self, config: Config, objects: int) -> None:
@@ -119,11 +109,19 @@ class BenchContext(ChildContext):
         self.objects = objects
 
     def should_stop(self) -> bool:
-        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
+        return counter(self, "objects_consumed") >= self.objects
+
+
+def counter(ctx: ChildContext, name: str) -> int:
+    """A counter the writer published (its counters are typed ``object``), 0 until it has."""
+    value = ctx.counters.get(name, 0)
+    return int(value) if isinstance(value, int | float) else 0
 
 
 @dataclass
 class Result:
+    """One run of the writer over one dataset."""
+
     dataset: str
     objects: int
     records: int
@@ -141,7 +139,8 @@ class Result:
         return self.cpu_s / max(1, self.input_bytes) * 1e9
 
 
-def bench_config(root: Path, ram: Path, fmt: str, mix: int) -> Config:
+def writer_config(root: Path, ram: Path, fmt: str, mix: int) -> Config:
+    """One writer, a shard size and RAM budget that never make it wait."""
     return config_from_dict(
         {
             "source": {"url": f"s3://{BUCKET}/", "format": fmt},
@@ -169,14 +168,15 @@ def publish_objects(layout: Layout, objects: list[tuple[str, bytes]]) -> None:
 
 
 def run_once(dataset: str, objects: list[tuple[str, bytes]], mix: int) -> Result:
+    """The writer over ``objects`` once, in private directories removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="bench-writer-"))
     ram = Path(tempfile.mkdtemp(prefix="bench-writer-", dir="/dev/shm"))
     try:
-        config = bench_config(root, ram / "out", dataset, mix)
+        config = writer_config(root, ram / "out", DATASETS[dataset].kind, mix)
         layout = Layout.of(config)
         layout.create()
         publish_objects(layout, objects)
-        ctx = BenchContext(config, len(objects))
+        ctx = ProfileContext(config, len(objects))
         writer = Writer(ctx, 0)
         wall, cpu = time.perf_counter(), time.process_time()
         writer.run()
@@ -184,15 +184,18 @@ def run_once(dataset: str, objects: list[tuple[str, bytes]], mix: int) -> Result
         return Result(
             dataset,
             len(objects),
-            int(ctx.counters["records_written"]),
+            counter(ctx, "records_written"),
             sum(len(b) for _, b in objects),
-            int(ctx.counters["bytes_written"]),
+            counter(ctx, "bytes_written"),
             cpu,
             wall,
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(ram, ignore_errors=True)
+
+
+# --- the report (pure) -------------------------------------------------------------------------
 
 
 def summary(results: list[Result]) -> dict[str, Any]:
@@ -206,8 +209,21 @@ def summary(results: list[Result]) -> dict[str, Any]:
     }
 
 
+HEAD = "{:<9} {:>9} {:>8} {:>7} {:>10} {:>9}".format(
+    "dataset", "records", "MB in", "cpu s", "us/record", "cpu-s/GB"
+)
+
+
+def row_line(row: dict[str, Any]) -> str:
+    """One line of the table under ``HEAD``."""
+    return (
+        f"{row['dataset']:<9} {row['records']:>9} {row['input_bytes'] / 1e6:>8.1f} "
+        f"{row['cpu_s']:>7.3f} {row['us_per_record']:>10.2f} {row['cpu_s_per_gb']:>9.2f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("datasets", nargs="*", metavar="DATASET", help=", ".join(DATASETS))
     parser.add_argument("--mb", type=float, default=32.0, help="MB of input per dataset")
     parser.add_argument("--repeats", type=int, default=3)
@@ -219,18 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown dataset(s) {sorted(unknown)}; choose from {', '.join(DATASETS)}")
     rows = []
-    head = ("dataset", "records", "MB in", "cpu s", "us/record", "cpu-s/GB")
-    print("{:<9} {:>9} {:>8} {:>7} {:>10} {:>9}".format(*head))
+    print(HEAD)
     for dataset in args.datasets or DATASETS:
-        objects = list(make_objects(dataset, args.mb, args.seed))
+        objects = make_objects(dataset, args.mb, args.seed)
         row = summary([run_once(dataset, objects, args.mix) for _ in range(args.repeats)])
         rows.append(row)
-        print(
-            f"{dataset:<9} {row['records']:>9} {row['input_bytes'] / 1e6:>8.1f} "
-            f"{row['cpu_s']:>7.3f} {row['us_per_record']:>10.2f} {row['cpu_s_per_gb']:>9.2f}"
-        )
+        print(row_line(row), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"argv": sys.argv[1:], "results": rows}, indent=2))
+        argv_used = sys.argv[1:] if argv is None else argv
+        args.json.write_text(json.dumps({"argv": argv_used, "results": rows}, indent=2))
     return 0
 
 
