@@ -101,8 +101,7 @@ def pump_down(
             while left > 0:
                 left -= os.splice(read_end, client.fileno(), left)
             due = pace_due(due, now, n, rate)
-            if due > time.monotonic():
-                time.sleep(due - time.monotonic())
+            time.sleep(max(0.0, due - time.monotonic()))  # one clock read: never negative
     except OSError:
         pass  # either side went away: the connection is over
     finally:
