@@ -355,6 +355,311 @@ fail:
     return NULL;
 }
 
+/* --- tar (WebDataset): the samples of a chunk of the tar stream ---------------------------- */
+
+#define BLOCK 512
+#define TAR_SKIP_LIMIT (1 << 20) /* a larger member without extension: tarfile streams past it */
+#define TAR_MAX_SIZE ((uint64_t)1 << 62)
+#define TAR_END 0
+#define TAR_FALLBACK (-1)
+#define TAR_ERROR (-2) /* a Python exception is set */
+
+static const char NAME_TAR_KEY[] = "key";
+static const uint16_t TAR_NUMBERS[][2] = {{100, 8}, {108, 8}, {116, 8}, {136, 12}, {329, 8}, {337, 8}};
+
+typedef struct {
+    uint8_t key[256]; /* prefix (155) + "/" + name (100) at most */
+    size_t key_len, first, count; /* its features: features[first .. first + count) */
+} tar_sample_t;
+
+typedef struct {
+    tar_sample_t *samples;
+    feature_t *features;
+    size_t nsamples, nfeatures, cap_samples, cap_features;
+} tar_scan_t;
+
+typedef struct {
+    uint64_t size;
+    int regular; /* tarfile's isreg(): its data follows the header and it may be a sample file */
+    const uint8_t *name, *prefix;
+    size_t name_len, prefix_len;
+} tar_header_t;
+
+enum { TAR_MEMBER, TAR_ZEROS, TAR_UNKNOWN };
+
+static size_t text_len(const uint8_t *p, size_t n) {
+    const uint8_t *nul = memchr(p, 0, n);
+    return nul ? (size_t)(nul - p) : n;
+}
+
+/* A number field as tarfile's nti() reads it. Returns 0 for a form left to tarfile: anything
+ * but positive base-256 below TAR_MAX_SIZE, or spaces, octal digits, spaces up to a NUL. */
+static int tar_number(const uint8_t *f, size_t n, uint64_t *value) {
+    uint64_t v = 0;
+    if (f[0] == 0x80) {
+        for (size_t i = 1; i < n; i++) {
+            if (v >> 54) return 0;
+            v = v << 8 | f[i];
+        }
+        *value = v;
+        return 1;
+    }
+    size_t len = text_len(f, n), i = 0;
+    while (i < len && f[i] == ' ') i++;
+    while (i < len && f[i] >= '0' && f[i] <= '7') v = v << 3 | (uint64_t)(f[i++] - '0');
+    while (i < len && f[i] == ' ') i++;
+    *value = v;
+    return i == len;
+}
+
+/* tarfile's check: the stored checksum is the unsigned or the signed sum of the header's bytes,
+ * the checksum field counted as eight spaces. */
+static int tar_checksum_ok(const uint8_t *h, uint64_t stored) {
+    uint32_t sum = 8 * ' ', high = 0;
+    for (int i = 0; i < 148; i++) { /* two plain loops: the compiler vectorizes them */
+        sum += h[i];
+        high += h[i] >> 7;
+    }
+    for (int i = 156; i < BLOCK; i++) {
+        sum += h[i];
+        high += h[i] >> 7;
+    }
+    return stored == sum || stored == (uint64_t)sum - 256 * (uint64_t)high;
+}
+
+/* Read the header at `h` as tarfile's frombuf() does, for the forms this parser knows. */
+static int tar_header(const uint8_t *h, tar_header_t *t) {
+    static const uint8_t zeros[BLOCK];
+    uint64_t stored, ignored;
+    if (memcmp(h, zeros, BLOCK) == 0) return TAR_ZEROS;
+    if (!tar_number(h + 148, 8, &stored) || !tar_checksum_ok(h, stored)) return TAR_UNKNOWN;
+    if (!tar_number(h + 124, 12, &t->size)) return TAR_UNKNOWN;
+    for (size_t i = 0; i < sizeof TAR_NUMBERS / sizeof TAR_NUMBERS[0]; i++)
+        if (!tar_number(h + TAR_NUMBERS[i][0], TAR_NUMBERS[i][1], &ignored)) return TAR_UNKNOWN;
+    t->name = h;
+    t->name_len = text_len(h, 100);
+    t->prefix = h + 345;
+    t->prefix_len = text_len(h + 345, 155);
+    uint8_t type = h[156];
+    int v7_dir = type == 0 && t->name_len > 0 && h[t->name_len - 1] == '/';
+    if (type == '0' || type == '7' || (type == 0 && !v7_dir))
+        t->regular = 1;
+    else if ((type >= '1' && type <= '6') || v7_dir)
+        t->regular = 0; /* links, devices, directories: tarfile skips no data after them */
+    else
+        return TAR_UNKNOWN; /* pax, GNU long names, sparse files, vendor types */
+    return TAR_MEMBER;
+}
+
+/* split_member() of the name tarfile gives (prefix + "/" + name when the prefix is set): the
+ * sample key (posixpath.join of the directory and the base) into `key`, and the extension, a
+ * suffix of the name field. Returns 0 when the name has no extension. */
+static int tar_split(const tar_header_t *t, uint8_t *key, size_t *key_len, const uint8_t **ext,
+                     size_t *ext_len) {
+    uint8_t full[256];
+    size_t n = 0;
+    if (t->prefix_len) {
+        memcpy(full, t->prefix, t->prefix_len);
+        n = t->prefix_len;
+        full[n++] = '/';
+    }
+    memcpy(full + n, t->name, t->name_len);
+    n += t->name_len;
+    size_t tail = n, head;
+    while (tail > 0 && full[tail - 1] != '/') tail--;
+    const uint8_t *dot = memchr(full + tail, '.', n - tail);
+    if (dot == NULL || dot == full + tail || dot == full + n - 1) return 0;
+    for (head = tail; head > 0 && full[head - 1] == '/'; head--) {
+    }
+    if (head > 0) { /* posixpath strips the directory's trailing slashes, then joins with one */
+        memcpy(key, full, head);
+        key[head++] = '/';
+    } else { /* ... unless the directory is only slashes */
+        memcpy(key, full, tail);
+        head = tail;
+    }
+    size_t base = (size_t)(dot - (full + tail));
+    memcpy(key + head, full + tail, base);
+    *key_len = head + base;
+    *ext_len = n - (size_t)(dot + 1 - full);
+    *ext = t->name + t->name_len - *ext_len;
+    return 1;
+}
+
+static int grow(void **items, size_t *cap, size_t n, size_t size) {
+    if (n < *cap) return 1;
+    size_t more = *cap ? *cap * 2 : 64;
+    void *grown = PyMem_Realloc(*items, more * size);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    *items = grown;
+    *cap = more;
+    return 1;
+}
+
+static int tar_room(tar_scan_t *s) {
+    return grow((void **)&s->samples, &s->cap_samples, s->nsamples, sizeof(tar_sample_t)) &&
+           grow((void **)&s->features, &s->cap_features, s->nfeatures, sizeof(feature_t));
+}
+
+/* A new sample with its `key` feature (whose data is pointed at once the arrays stop moving). */
+static int tar_open_sample(tar_scan_t *s, const uint8_t *key, size_t key_len) {
+    if (!tar_room(s)) return 0;
+    tar_sample_t *sample = &s->samples[s->nsamples++];
+    memcpy(sample->key, key, key_len);
+    sample->key_len = key_len;
+    sample->first = s->nfeatures;
+    sample->count = 1;
+    s->features[s->nfeatures++] = (feature_t){NAME_TAR_KEY, 3, 0, 0, NULL, key_len};
+    return 1;
+}
+
+static int tar_add(tar_scan_t *s, const uint8_t *ext, size_t ext_len, const uint8_t *data,
+                   size_t len) {
+    if (!tar_room(s)) return 0;
+    s->features[s->nfeatures++] = (feature_t){(const char *)ext, ext_len, 0, 0, data, len};
+    s->samples[s->nsamples - 1].count++;
+    return 1;
+}
+
+static int tar_has(const tar_scan_t *s, const uint8_t *ext, size_t ext_len) {
+    const tar_sample_t *sample = &s->samples[s->nsamples - 1];
+    for (size_t i = sample->first + 1; i < sample->first + sample->count; i++)
+        if (s->features[i].name_len == ext_len && memcmp(s->features[i].name, ext, ext_len) == 0)
+            return 1;
+    return 0;
+}
+
+static int tar_ext_ok(const uint8_t *ext, size_t n) {
+    if (n == 3 && memcmp(ext, NAME_TAR_KEY, 3) == 0) return 0; /* tarfile path: "reserved" */
+    for (size_t i = 0; i < n; i++)
+        if (ext[i] >= 0x80) return 0; /* non-ASCII feature names: left to the tarfile path */
+    return 1;
+}
+
+/* Scan `b` for samples (see pycore.frame_tar). Fills `s` with the complete samples; returns
+ * the status and sets *consumed. */
+static Py_ssize_t tar_scan(tar_scan_t *s, const uint8_t *b, size_t len, int final, int at_start,
+                           size_t *consumed) {
+    size_t pos = 0, open_at = 0, key_len, ext_len;
+    int open = 0;
+    tar_header_t t;
+    uint8_t key[256];
+    const uint8_t *ext;
+    Py_ssize_t status = TAR_END;
+    *consumed = len;
+    for (;;) {
+        if (len - pos < BLOCK) {
+            if (!final) {
+                *consumed = open ? open_at : pos;
+                status = (Py_ssize_t)(pos + BLOCK - *consumed);
+            } else if (pos == 0 && at_start) {
+                status = TAR_FALLBACK; /* tarfile: "empty file" or "truncated header" */
+            }
+            break; /* else tarfile ends the archive quietly at a short header */
+        }
+        int kind = tar_header(b + pos, &t);
+        if (kind == TAR_ZEROS) break;
+        if (kind == TAR_UNKNOWN || t.size > TAR_MAX_SIZE) {
+            status = TAR_FALLBACK;
+            break;
+        }
+        if (!t.regular) {
+            pos += BLOCK;
+            continue;
+        }
+        size_t end = pos + BLOCK + (size_t)((t.size + BLOCK - 1) / BLOCK * BLOCK);
+        int sample_file = tar_split(&t, key, &key_len, &ext, &ext_len);
+        if (!sample_file && t.size > TAR_SKIP_LIMIT) {
+            status = TAR_FALLBACK;
+            break;
+        }
+        if (sample_file && !tar_ext_ok(ext, ext_len)) {
+            status = TAR_FALLBACK;
+            break;
+        }
+        if (sample_file && (!open || key_len != s->samples[s->nsamples - 1].key_len ||
+                            memcmp(key, s->samples[s->nsamples - 1].key, key_len) != 0)) {
+            if (!tar_open_sample(s, key, key_len)) return TAR_ERROR; /* the last one is complete */
+            open = 1;
+            open_at = pos;
+        } else if (sample_file && tar_has(s, ext, ext_len)) {
+            status = TAR_FALLBACK; /* tarfile path: "appears twice in sample" */
+            break;
+        }
+        if (end > len) {
+            if (final) {
+                status = TAR_FALLBACK; /* tarfile: "unexpected end of data" */
+            } else {
+                *consumed = open ? open_at : pos;
+                status = (Py_ssize_t)(end + BLOCK - *consumed);
+            }
+            break;
+        }
+        if (sample_file && !tar_add(s, ext, ext_len, b + pos + BLOCK, (size_t)t.size))
+            return TAR_ERROR;
+        pos = end;
+    }
+    if (open && status != TAR_END) s->nfeatures = s->samples[--s->nsamples].first;
+    return status;
+}
+
+static int feature_before(const feature_t *a, const feature_t *b) {
+    size_t n = a->name_len < b->name_len ? a->name_len : b->name_len;
+    int c = memcmp(a->name, b->name, n);
+    return c < 0 || (c == 0 && a->name_len < b->name_len);
+}
+
+/* Sort a sample's features by name, as encode_example sorts them (a few: insertion sort). */
+static void sort_features(feature_t *fs, size_t n) {
+    for (size_t i = 1; i < n; i++) {
+        feature_t f = fs[i];
+        size_t j = i;
+        for (; j > 0 && feature_before(&f, &fs[j - 1]); j--) fs[j] = fs[j - 1];
+        fs[j] = f;
+    }
+}
+
+/* The scanned samples as a batch of Example frames. */
+static int tar_batch(tar_scan_t *s, PyObject **data, PyObject **ends) {
+    Py_ssize_t total = 0;
+    for (size_t i = 0; i < s->nsamples; i++) { /* pass 1: keys in place, order, sizes */
+        tar_sample_t *sample = &s->samples[i];
+        feature_t *fs = &s->features[sample->first];
+        fs[0].data = sample->key;
+        sort_features(fs, sample->count);
+        total += OVERHEAD + (Py_ssize_t)example_len(fs, (int)sample->count);
+    }
+    if (!new_batch(total, (Py_ssize_t)s->nsamples, data, ends)) return 0;
+    uint8_t *out = bytes_of(*data), *base = out;
+    uint64_t *e = ends_of(*ends);
+    for (size_t i = 0; i < s->nsamples; i++) { /* pass 2: frames */
+        feature_t *fs = &s->features[s->samples[i].first];
+        int n = (int)s->samples[i].count;
+        out = put_example_frame(out, fs, n, example_len(fs, n));
+        *e++ = (uint64_t)(out - base);
+    }
+    return 1;
+}
+
+static PyObject *frame_tar(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    int final, at_start;
+    if (!need_crc() || !PyArg_ParseTuple(args, "y*pp", &buf, &final, &at_start)) return NULL;
+    tar_scan_t s = {NULL, NULL, 0, 0, 0, 0};
+    size_t consumed;
+    PyObject *result = NULL, *data, *ends;
+    Py_ssize_t status = tar_scan(&s, buf.buf, (size_t)buf.len, final, at_start, &consumed);
+    if (status != TAR_ERROR && tar_batch(&s, &data, &ends))
+        result = Py_BuildValue("(NNnn)", data, ends, (Py_ssize_t)consumed, status);
+    PyMem_Free(s.samples);
+    PyMem_Free(s.features);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* --- uncompressed TFRecord files: index by headers, read frames where they lie ----------- */
 
 #define WINDOW 65536
@@ -732,6 +1037,7 @@ static PyMethodDef methods[] = {
     {"frame_lines", frame_lines, METH_VARARGS, "Frame the lines of a chunk as Examples."},
     {"frame_records", frame_records, METH_O, "Frame a sequence of payloads."},
     {"frame_examples", frame_examples, METH_O, "Frame samples as Examples."},
+    {"frame_tar", frame_tar, METH_VARARGS, "Frame the samples of a chunk of a tar stream."},
     {"index_file", index_file, METH_VARARGS, "Frame offsets of a TFRecord file."},
     {"read_frames", read_frames, METH_VARARGS, "Read frames in a given order."},
     {"take", take, METH_VARARGS, "Frames of several batches in a given order."},

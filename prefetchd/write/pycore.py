@@ -9,6 +9,8 @@ comes from ``SplitMix64``, so both cores draw the same numbers from the same 64-
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 from array import array
 from collections.abc import Sequence
 from typing import Any
@@ -73,6 +75,144 @@ def frame_examples(samples: list[list[tuple[bytes, bytes | int]]]) -> Batch:
     """Frame each sample as a tf.train.Example: a list of ``(name, value)`` sorted by name
     (``example.sorted_features``), values bytes or int64."""
     return _batch([frame(encode_example({n.decode(): v for n, v in s})) for s in samples])
+
+
+_BLOCK = 512
+TAR_END, TAR_FALLBACK = 0, -1
+TAR_SKIP_LIMIT = 1 << 20  # a larger member without extension: tarfile streams past it
+_TAR_MAX_SIZE = 1 << 62
+_TAR_NUMBERS = ((100, 8), (108, 8), (116, 8), (136, 12), (329, 8), (337, 8))
+_OCTAL = re.compile(rb" *[0-7]* *\Z")
+_ZEROS = bytes(_BLOCK)
+
+
+def frame_tar(buf: bytes, final: bool, at_start: bool) -> tuple[bytes, Any, int, int]:
+    """Frame each complete sample of a chunk of a tar stream as Example{key, <ext>: data...}.
+
+    ``buf`` starts at a member header (the stream's start when ``at_start``); ``final`` says
+    the stream ends with it. Members are grouped into samples as ``formats/tar.py`` says; a
+    sample is complete once a member of another sample, the end-of-archive block or (with
+    ``final``) the end of the stream follows it. Returns ``(data, ends, consumed, status)``:
+
+    - ``status > 0``: the tar goes on; call again with ``buf[consumed:]`` followed by more of
+      the stream, at least ``status`` bytes in all;
+    - ``TAR_END`` (0): the archive ended; nothing more is to be read;
+    - ``TAR_FALLBACK`` (-1): a header or a sample only ``tarfile`` reads right (pax and GNU
+      headers, bad checksums, odd number fields, non-ASCII extensions, a reserved or repeated
+      extension, a member without extension over ``TAR_SKIP_LIMIT``, damage): the caller reads
+      the object with ``tarfile``, skipping the samples framed so far.
+
+    Frames are those of the samples complete before the status was decided; ``consumed`` is
+    ``len(buf)`` unless ``status > 0``.
+    """
+    samples: list[tuple[bytes, dict[str, bytes]]] = []
+    status, consumed = _tar_scan(buf, final, at_start, samples)
+    frames = [frame(encode_example({"key": k, **members})) for k, members in samples]
+    data, ends = _batch(frames)
+    return data, ends, consumed, status
+
+
+def _tar_scan(
+    buf: bytes, final: bool, at_start: bool, samples: list[tuple[bytes, dict[str, bytes]]]
+) -> tuple[int, int]:
+    """``(status, consumed)`` of ``frame_tar``; appends the complete samples to ``samples``."""
+    pos, open_at, is_open = 0, 0, False
+    status, consumed = TAR_END, len(buf)
+    while True:
+        if len(buf) - pos < _BLOCK:
+            if not final:
+                consumed = open_at if is_open else pos
+                status = pos + _BLOCK - consumed
+            elif pos == 0 and at_start:
+                status = TAR_FALLBACK  # tarfile: "empty file" or "truncated header"
+            break  # else tarfile ends the archive quietly at a short header
+        header = buf[pos : pos + _BLOCK]
+        if header == _ZEROS:
+            break
+        member = _tar_header(header)
+        if member is None or member[0] > _TAR_MAX_SIZE:
+            status = TAR_FALLBACK
+            break
+        size, regular, name = member
+        if not regular:
+            pos += _BLOCK
+            continue
+        end = pos + _BLOCK + -(-size // _BLOCK) * _BLOCK
+        parts = _tar_split(name)
+        if parts is None and size > TAR_SKIP_LIMIT:
+            status = TAR_FALLBACK
+            break
+        if parts is not None and not _tar_ext_ok(parts[1]):
+            status = TAR_FALLBACK
+            break
+        if parts is not None and (not is_open or parts[0] != samples[-1][0]):
+            samples.append((parts[0], {}))  # the last one is complete
+            is_open, open_at = True, pos
+        elif parts is not None and parts[1].decode() in samples[-1][1]:
+            status = TAR_FALLBACK  # tarfile path: "appears twice in sample"
+            break
+        if end > len(buf):
+            if final:
+                status = TAR_FALLBACK  # tarfile: "unexpected end of data"
+            else:
+                consumed = open_at if is_open else pos
+                status = end + _BLOCK - consumed
+            break
+        if parts is not None:
+            samples[-1][1][parts[1].decode()] = bytes(buf[pos + _BLOCK : pos + _BLOCK + size])
+        pos = end
+    if is_open and status != TAR_END:
+        samples.pop()
+    return status, consumed
+
+
+def _tar_number(field: bytes) -> int | None:
+    """A number field as tarfile's ``nti`` reads it; None for a form left to tarfile (anything
+    but positive base-256 below ``2**62``, or spaces, octal digits, spaces up to a NUL)."""
+    if field[0] == 0x80:
+        value = int.from_bytes(field[1:], "big")
+        return value if value < _TAR_MAX_SIZE else None
+    text = field.split(b"\0", 1)[0]
+    if not _OCTAL.match(text):
+        return None
+    return int(text.strip(b" ") or b"0", 8)
+
+
+def _tar_header(header: bytes) -> tuple[int, bool, bytes] | None:
+    """``(size, regular, name)`` as tarfile's ``frombuf`` reads a header (the name with its
+    ustar prefix); None for a header left to tarfile. ``regular`` is tarfile's ``isreg()``:
+    data follows the header only then."""
+    stored = _tar_number(header[148:156])
+    rest = header[:148] + header[156:]
+    sums = (256 + sum(rest), 256 + sum(memoryview(rest).cast("b")))
+    size = _tar_number(header[124:136])
+    numbers = [_tar_number(header[at : at + n]) for at, n in _TAR_NUMBERS]
+    if stored not in sums or size is None or None in numbers:
+        return None
+    name = header[:100].split(b"\0", 1)[0]
+    prefix = header[345:500].split(b"\0", 1)[0]
+    kind = header[156:157]
+    v7_dir = kind == b"\0" and name.endswith(b"/")
+    if kind in (b"0", b"7") or (kind == b"\0" and not v7_dir):
+        regular = True
+    elif kind in (b"1", b"2", b"3", b"4", b"5", b"6") or v7_dir:
+        regular = False  # links, devices, directories: tarfile skips no data after them
+    else:
+        return None  # pax, GNU long names, sparse files, vendor types
+    return size, regular, prefix + b"/" + name if prefix else name
+
+
+def _tar_split(name: bytes) -> tuple[bytes, bytes] | None:
+    """``formats.tar.split_member`` on the undecoded name."""
+    directory, filename = posixpath.split(name)
+    base, dot, ext = filename.partition(b".")
+    if not dot or not base or not ext:
+        return None
+    return posixpath.join(directory, base), ext
+
+
+def _tar_ext_ok(ext: bytes) -> bool:
+    return ext != b"key" and ext.isascii()  # else the tarfile path raises or encodes
 
 
 def index_file(fd: int, size: int) -> bytes:
