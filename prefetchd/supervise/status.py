@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 from prefetchd.consume.report import ConsumerReport
 from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import Layout
@@ -185,7 +183,19 @@ def is_running(status: StatusRecord | None) -> bool:
         return False
     pid = status.pid
     fresh = time.time() - status.updated < HEARTBEAT_STALE
-    return fresh and pid > 0 and psutil.pid_exists(pid) and pid != os.getpid()
+    return fresh and pid > 0 and _pid_exists(pid) and pid != os.getpid()
+
+
+def _pid_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists, ours or another user's (signal 0 sends nothing).
+    Not psutil: importing it took a fifth of ``prefetchd status``'s run."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
 
 
 def read_children(layout: Layout) -> dict[str, dict[str, Any]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,6 +25,7 @@ from prefetchd.supervise.status import (
     ConsumerWaits,
     Series,
     eta_seconds,
+    is_running,
     render_table,
 )
 from prefetchd.supervise.status_record import StatusRecord
@@ -264,3 +267,21 @@ def test_an_unreadable_status_is_an_error_not_not_running(
     monkeypatch.setattr(Path, "read_text", denied)
     with pytest.raises(RuntimeFailure, match=r"permission denied.*run as that user"):
         read_status(layout)
+
+
+# --- is a daemon running? -----------------------------------------------------------------------
+
+
+def test_a_fresh_status_of_a_live_process_is_running_and_of_a_dead_one_is_not() -> None:
+    """``prefetchd status`` exits 3 unless the record's pid runs and the record is fresh."""
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        record = StatusRecord(state="running", pid=live.pid, updated=time.time())
+        assert is_running(record)
+        assert not is_running(replace(record, updated=time.time() - 3600)), "a stale record"
+        assert not is_running(replace(record, state="done"))
+    finally:
+        live.kill()
+        live.wait()
+    assert not is_running(record), "the process is gone"
+    assert not is_running(None)
