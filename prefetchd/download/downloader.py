@@ -334,6 +334,8 @@ class Downloader:
         self._report()
 
     def _report(self) -> None:
+        if not self.ctx.report_due():
+            return  # the loop calls this per step; the figures are only needed when published
         self.counters["window_bytes"] = self.window.used
         self.counters["window_fetching_bytes"] = sum(
             job.obj.size for job in (*self.active.values(), *(job for _, job in self.retry_queue))

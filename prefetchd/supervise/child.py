@@ -59,6 +59,10 @@ class ChildContext:
         """Record an error for status (the caller logs it once)."""
         self.last_errors.append(ErrorEntry(time.time(), key, redact(message)))
 
+    def report_due(self) -> bool:
+        """Whether ``report()`` would publish now (lets a role skip computing figures)."""
+        return time.monotonic() - self._last_report >= REPORT_INTERVAL
+
     def report(
         self,
         *,
@@ -69,10 +73,9 @@ class ChildContext:
     ) -> None:
         """Publish the counters (at most every ``REPORT_INTERVAL`` unless ``force``); the
         last report of a child that ends says how: ``boot_error``, ``fatal`` or ``stopped``."""
-        now = time.monotonic()
-        if not force and now - self._last_report < REPORT_INTERVAL:
+        if not force and not self.report_due():
             return
-        self._last_report = now
+        self._last_report = time.monotonic()
         record = report_json(
             name=self.name,
             pid=os.getpid(),

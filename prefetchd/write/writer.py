@@ -46,6 +46,7 @@ from prefetchd.layout import (
     parse_object_name,
     parse_shard_name,
     shard_name,
+    writer_claim_name,
     writer_claim_prefix,
 )
 from prefetchd.seeds import mixing_rng, object_rng
@@ -381,7 +382,7 @@ class Writer:
             try:
                 os.rename(
                     self.layout.cache_ready / name,
-                    self.layout.cache_claimed / (self.prefix + name),
+                    self._claimed_path(name),
                 )
             except FileNotFoundError:
                 continue  # another writer was faster
@@ -401,8 +402,11 @@ class Writer:
             self.listing = sorted(os.listdir(self.layout.cache_ready))
             self.listed_at = now
 
+    def _claimed_path(self, name: str) -> Path:
+        return self.layout.cache_claimed / writer_claim_name(self.index, name)
+
     def _open(self, name: str, *, resume_at: int) -> None:
-        path = self.layout.cache_claimed / (self.prefix + name)
+        path = self._claimed_path(name)
         meta_path = self.layout.cache_meta / f"{name}.json"
         parsed = parse_object_name(name)
         assert parsed is not None
@@ -493,7 +497,7 @@ class Writer:
 
     def _delete_raw(self, name: str) -> None:
         for path in (
-            self.layout.cache_claimed / (self.prefix + name),
+            self._claimed_path(name),
             self.layout.cache_meta / f"{name}.json",
         ):
             with contextlib.suppress(FileNotFoundError):
