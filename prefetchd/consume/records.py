@@ -106,8 +106,18 @@ class Records(Iterator[bytes]):
             frames = iter_records(stream)
             current = next(frames, None)
             while current is not None:
-                following = next(frames, None)
-                if following is None:
+                following, error = _next_or_error(frames)
+                if following is None and error is None:
                     self._reading = False
-                yield current
+                yield current  # the records before a corrupt one are still delivered
+                if error is not None:
+                    raise error
                 current = following
+
+
+def _next_or_error(frames: Iterator[bytes]) -> tuple[bytes | None, FramingError | None]:
+    """The next record (None at the end), or the framing error reading it raised."""
+    try:
+        return next(frames, None), None
+    except FramingError as exc:
+        return None, exc
