@@ -4,8 +4,7 @@
 #
 # Re-runs are fast: after a successful install the hash of pyproject.toml, the extras, the
 # torch pin, the checkout's path and the Python version is stamped into .venv/.installed, and
-# pip runs again
-# only when that hash changes or prefetchd no longer resolves to this checkout.
+# pip runs again only when that hash changes or prefetchd no longer resolves to this checkout.
 #
 # Afterwards: ROOT (the checkout), VENV, PY (the venv's python), .venv/bin first on PATH, and
 # say() to print a step header. Honours PYTHON (the interpreter that creates the venv,
