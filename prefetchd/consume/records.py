@@ -72,6 +72,11 @@ class Records(Iterator[bytes]):
     def __next__(self) -> bytes:
         return next(self._stream)
 
+    def close(self) -> None:
+        """Give up the rest of the stream now: the shard being read is closed (and freed, unless
+        the stream is resumable) instead of whenever the iterator is collected."""
+        self._stream.close()
+
     def position(self) -> dict[str, Any]:
         """A JSON-able position to save with a checkpoint (streams made with ``position=``).
 
@@ -85,15 +90,18 @@ class Records(Iterator[bytes]):
 
     def _run(self) -> Iterator[bytes]:
         for path in self._files:
+            # ready_files() has its process's releaser; taken now, while claimed/ surely exists.
+            releaser = ShardReleaser.for_layout(self._layout)
             try:
                 yield from self._shard(path)
             except FramingError as exc:
                 raise CorruptShard(path, exc) from None
             finally:
                 self._reading = False
-            # The shard is closed: free its RAM now rather than when the releaser's thread next
-            # wakes (a DataLoader worker may exit before that, leaving it to look unread).
-            ShardReleaser.for_layout(self._layout).flush()
+                # The shard is closed (read, given up or corrupt): free its RAM now rather than
+                # when the releaser's thread next wakes (a forked DataLoader worker may exit
+                # before that, without atexit, and the shard would look unread to the daemon).
+                releaser.flush()
 
     def _shard(self, path: str) -> Iterator[bytes]:
         """The records of one shard; it stays open until the last one was yielded.

@@ -72,6 +72,17 @@ def test_a_shard_stays_until_its_last_record_was_yielded(config: Config) -> None
     assert claimed(config) == [], "freed only later, or never"
 
 
+def test_closing_a_stream_early_gives_up_the_rest_of_its_shard(config: Config) -> None:
+    names = [publish(config, 0, c, count=3) for c in range(2)]
+    complete(config, 0)
+    stream = prefetchd.records(config, epoch=0, timeout=10)
+    assert next(stream) == contents(0, 0, 3)[0]
+    stream.close()
+    assert claimed(config) == [], "a shard given up stays on the RAM disk"
+    rest = list(prefetchd.records(config, epoch=0, timeout=10))
+    assert rest == contents(0, 1, 3), f"{names[0]} given up, {names[1]} still delivered"
+
+
 def test_gzip_shards_are_read_streaming(config: Config) -> None:
     gz = replace(config, output=replace(config.output, compression="gzip"))
     publish(gz, 0, 0, count=500, gz=True)
