@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any, BinaryIO, cast
 
 from prefetchd.config import Config, load_config
@@ -88,7 +88,7 @@ class Records(Iterator[bytes]):
         """
         return self._files.position(unfinished=1 if self._reading else 0)
 
-    def _run(self) -> Iterator[bytes]:
+    def _run(self) -> Generator[bytes, None, None]:
         for path in self._files:
             # ready_files() has its process's releaser; taken now, while claimed/ surely exists.
             releaser = ShardReleaser.for_layout(self._layout)
