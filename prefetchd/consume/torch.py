@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator
+from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 import torch.utils.data
@@ -69,6 +70,20 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         """The epoch the next ``iter()`` delivers; ``None``: every epoch of the job."""
         chosen = int(self._chosen.value)
         return self.epoch if chosen == _ALL_EPOCHS else chosen
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Starting a worker passes the shared cell itself; any other copy or pickle (a
+        ``copy.deepcopy``, a framework saving the dataset) gets the epoch as it is now, in a
+        cell of its own, because shared memory cannot be pickled outside a process start."""
+        state = dict(self.__dict__)
+        if get_spawning_popen() is None:
+            state["_chosen"] = int(self._chosen.value)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state["_chosen"], int):
+            state["_chosen"] = multiprocessing.RawValue("q", state["_chosen"])
+        self.__dict__.update(state)
 
     def __iter__(self) -> Iterator[Any]:
         stream = records(self.config, epoch=self.current_epoch(), timeout=self.timeout)

@@ -6,8 +6,10 @@ the real one.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import pickle
 import time
 from collections import Counter
 
@@ -83,3 +85,15 @@ def test_an_epoch_outside_the_job_is_refused_in_the_trainer(config: Config, epoc
         RecordDataset(config, epoch=epoch)
     with pytest.raises(ValueError, match=r"epochs.count=2"):
         RecordDataset(config).set_epoch(epoch)
+
+
+def test_copies_and_pickles_take_the_epoch_as_it_is(config: Config) -> None:
+    """Only a worker being started shares the set_epoch cell; other copies get a snapshot."""
+    dataset = RecordDataset(config, timeout=30)
+    dataset.set_epoch(1)
+    for twin in (copy.deepcopy(dataset), pickle.loads(pickle.dumps(dataset))):
+        assert twin.current_epoch() == 1
+        twin.set_epoch(0)
+        assert dataset.current_epoch() == 1, "a copy changed the original's epoch"
+        assert twin.current_epoch() == 0
+    assert Counter(copy.deepcopy(dataset)) == expected(1)
