@@ -1,6 +1,7 @@
 """prefetchd: feed TensorFlow from S3 at full speed.
 
-The trainer side is one import: ``from prefetchd import ready_files``.
+The trainer side is one import: ``from prefetchd import ready_files`` (shard paths), or
+``from prefetchd import records`` (their serialized records, with no framework at all).
 
 The public names are loaded on first use (PEP 562): ``python -m prefetchd`` imports this
 package before any command runs, and ``prefetchd status`` must not pay for the trainer side
@@ -15,15 +16,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from prefetchd.config import Config, load_config
     from prefetchd.consume.ready import ready_files
+    from prefetchd.consume.records import records
     from prefetchd.errors import DaemonFailed
 
 __version__ = "0.1.0"
-__all__ = ["Config", "DaemonFailed", "__version__", "load_config", "ready_files"]
+__all__ = ["Config", "DaemonFailed", "__version__", "load_config", "ready_files", "records"]
 
 _LAZY = {
     "Config": "prefetchd.config",
     "load_config": "prefetchd.config",
     "ready_files": "prefetchd.consume.ready",
+    "records": "prefetchd.consume.records",
     "DaemonFailed": "prefetchd.errors",
 }
 

@@ -1,20 +1,25 @@
 # shellcheck shell=bash
 # Sourced by scripts/demo.sh and scripts/test.sh: make sure .venv exists and has this checkout
-# installed (editable) with the extras dev, tf and crt.
+# installed (editable) with the extras dev, tf, crt and torch.
 #
 # Re-runs are fast: after a successful install the hash of pyproject.toml, the extras, the
-# checkout's path and the Python version is stamped into .venv/.installed, and pip runs again
-# only when that hash changes or prefetchd no longer resolves to this checkout.
+# torch pin, the checkout's path and the Python version is stamped into .venv/.installed, and
+# pip runs again only when that hash changes or prefetchd no longer resolves to this checkout.
 #
 # Afterwards: ROOT (the checkout), VENV, PY (the venv's python), .venv/bin first on PATH, and
 # say() to print a step header. Honours PYTHON (the interpreter that creates the venv,
 # default python3), PREFETCHD_VENV (default $ROOT/.venv) and PREFETCHD_EXTRAS (default
-# dev,tf,crt; scripts/bench.sh adds bench, in a venv of its own).
+# dev,tf,crt,torch; scripts/bench.sh adds bench, in a venv of its own).
+#
+# With the torch extra, PyTorch is installed first as TORCH_PIN: the extra asks only for
+# torch>=2.1, and pip's newest torch is the multi-GB CUDA build, while this pinned version
+# installs the CPU wheel here (the version the tests run against; docs/pytorch.md).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PREFETCHD_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
-EXTRAS="${PREFETCHD_EXTRAS:-dev,tf,crt}"
+EXTRAS="${PREFETCHD_EXTRAS:-dev,tf,crt,torch}"
+TORCH_PIN="torch==2.13.0"
 
 say() {
     printf '\n==> %s\n' "$*"
@@ -23,7 +28,7 @@ say() {
 _venv_stamp() {
     {
         cat "$ROOT/pyproject.toml"
-        printf 'extras=%s\nroot=%s\n' "$EXTRAS" "$ROOT"
+        printf 'extras=%s\nroot=%s\ntorch=%s\n' "$EXTRAS" "$ROOT" "$TORCH_PIN"
         "$PY" -c 'import sys; print(sys.version)'
     } | sha256sum | cut -d' ' -f1
 }
@@ -60,6 +65,11 @@ fi
 if [ "$_venv_want" != "$_venv_have" ] || ! _venv_has_checkout; then
     say "installing prefetchd[$EXTRAS] into $VENV (first run: several minutes)"
     rm -f "$VENV/.installed"
+    case ",$EXTRAS," in
+    *,torch,*)
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off "$TORCH_PIN"
+        ;;
+    esac
     PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off -e "${ROOT}[${EXTRAS}]"
     printf '%s\n' "$_venv_want" >"$VENV/.installed"
 else

@@ -148,12 +148,18 @@ class ReadyFiles(Iterator[str]):
     def __next__(self) -> str:
         return next(self._stream)
 
-    def position(self) -> dict[str, Any]:
-        """A small JSON-able state to save with the trainer's checkpoint (resumable streams)."""
+    def position(self, *, unfinished: int = 0) -> dict[str, Any]:
+        """A small JSON-able state to save with the trainer's checkpoint (resumable streams).
+
+        ``unfinished``: the last that many paths yielded are still being read; the position
+        does not cover them (a resumed stream delivers them again) and they stay on the RAM
+        disk until a later position covers them (``prefetchd.records`` uses it mid-shard).
+        """
         if not self._resumable:
             raise ValueError("position() needs a resumable stream: ready_files(..., position={})")
         self._free(self._covered)
-        self._covered, self._since = self._since, []
+        done = len(self._since) - min(max(unfinished, 0), len(self._since))
+        self._covered, self._since = self._since[:done], self._since[done:]
         # Shards the saved position covered that have not come back yet (their dead owner's
         # claims are returned about once a second) stay covered by this one too.
         covered = [claim[1] for claim in map(parse_claim_name, self._covered) if claim]
