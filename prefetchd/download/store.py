@@ -71,6 +71,7 @@ def make_client(config: Config, *, pool: int | None = None) -> S3Client:
             connect_timeout=10,
             read_timeout=60,
             tcp_keepalive=True,
+            s3={"addressing_style": src.addressing_style},
         ),
     )
 
