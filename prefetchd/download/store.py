@@ -78,9 +78,8 @@ def make_client(config: Config, *, pool: int | None = None) -> S3Client:
 
 def _style(style: str) -> Literal["auto", "virtual", "path"]:
     """``source.addressing_style``, already one of these (config.ADDRESSING_STYLES)."""
-    if style == "virtual" or style == "path":
-        return style
-    return "auto"
+    styles: dict[str, Literal["auto", "virtual", "path"]] = {"virtual": "virtual", "path": "path"}
+    return styles.get(style, "auto")
 
 
 class Fault(enum.Enum):
