@@ -180,7 +180,7 @@ def _check_dir(key: str, path: Path, need: int) -> Finding:
 
 def _existing_ancestor(path: Path) -> Path:
     path = path.absolute()
-    while not path.exists() and path != path.parent:
+    while not os.path.exists(path) and path != path.parent:  # False also behind a 0700 dir
         path = path.parent
     return path
 
