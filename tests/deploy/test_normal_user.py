@@ -156,6 +156,34 @@ def test_minimal_config_checks_and_runs_as_a_normal_user(
     assert ram.stat().st_uid == user.uid and ram.stat().st_mode & 0o777 == 0o700
 
 
+def test_init_writes_a_config_that_checks_clean_as_a_normal_user(
+    installed: Installed, user: User, upload: Callable[..., Any], bucket: str, s3_endpoint: str
+) -> None:
+    """A newcomer's first two commands: ``init`` for this host, then ``check`` with no size
+    advice and no failure."""
+    upload("tfrecord", [4096])
+    config = user.home / "job.yaml"
+    init = user.run(
+        installed,
+        "prefetchd",
+        "init",
+        "--url",
+        f"s3://{bucket}/data/",
+        "--endpoint-url",
+        s3_endpoint,
+        "--output",
+        str(config),
+    )
+    assert init.returncode == 0, init.stderr
+    assert config.stat().st_uid == user.uid
+    check = user.run(installed, "prefetchd", "check", "--config", str(config))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert_no_traceback(check)
+    sizing = ("output.ram_budget", "download.window", "download.concurrency", "output.writers")
+    warned = [line for line in check.stdout.splitlines() if line.startswith("WARN")]
+    assert not [line for line in warned if line.split()[1] in sizing], warned
+
+
 def test_another_users_directories_are_one_line_each(
     installed: Installed, user: User, tmp_path: Path, write_config: Callable[..., Path]
 ) -> None:
