@@ -8,6 +8,7 @@ on an interpreter every user may run, so tests can also start it as a normal use
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -112,6 +113,24 @@ def _world_reachable(path: Path) -> bool:
     return all(os.stat(p).st_mode & 0o001 for p in path.parents)
 
 
+def build(src: Path, dist: Path) -> tuple[Path, Path]:
+    """The sdist of ``src`` and a wheel built from that sdist alone (what pip does with a
+    source release). With the ``build`` package (the dev extra) this is the documented
+    ``python -m build``, in an isolated environment; without it, the same two PEP 517 steps
+    with this venv's setuptools, offline."""
+    python = sys.executable
+    if importlib.util.find_spec("build") is not None:
+        _step(python, "-m", "build", "--outdir", dist, src)
+    else:
+        hook = f"from setuptools import build_meta as b; b.build_sdist({str(dist)!r})"
+        _step(python, "-c", hook, cwd=src)
+        (sdist,) = dist.glob("prefetchd-*.tar.gz")
+        _step(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, sdist)
+    (sdist,) = dist.glob("prefetchd-*.tar.gz")
+    (wheel,) = dist.glob("prefetchd-*.whl")
+    return sdist, wheel
+
+
 @pytest.fixture(scope="session")
 def installed() -> Iterator[Installed]:
     top = Path(tempfile.mkdtemp(prefix="prefetchd-wheel-test-"))
@@ -120,17 +139,7 @@ def installed() -> Iterator[Installed]:
         src, dist = top / "src", top / "dist"
         src.mkdir()
         copy_checkout(src)
-        python = sys.executable  # the build needs setuptools, which the test venv has
-        _step(
-            python,
-            "-c",
-            f"from setuptools import build_meta as b; b.build_sdist({str(dist)!r})",
-            cwd=src,
-        )
-        (sdist,) = dist.glob("prefetchd-*.tar.gz")
-        # The wheel is built from the sdist alone: what pip does with a source release.
-        _step(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, sdist)
-        (wheel,) = dist.glob("prefetchd-*.whl")
+        sdist, wheel = build(src, dist)
         venv = top / "venv"
         _step(base_interpreter(), "-m", "venv", venv)  # no --system-site-packages
         _step(venv / "bin" / "python", "-m", "pip", "install", "-q", wheel)
