@@ -119,7 +119,7 @@ def build(src: Path, dist: Path) -> tuple[Path, Path]:
     ``python -m build``, in an isolated environment; without it, the same two PEP 517 steps
     with this venv's setuptools, offline."""
     python = sys.executable
-    if importlib.util.find_spec("build") is not None:
+    if importlib.util.find_spec("build.__main__") is not None:  # not a stray build/ dir
         _step(python, "-m", "build", "--outdir", dist, src)
     else:
         hook = f"from setuptools import build_meta as b; b.build_sdist({str(dist)!r})"
