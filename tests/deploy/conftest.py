@@ -113,13 +113,22 @@ def _world_reachable(path: Path) -> bool:
     return all(os.stat(p).st_mode & 0o001 for p in path.parents)
 
 
+def _has_build_package() -> bool:
+    """Whether ``python -m build`` runs here (a stray build/ directory on sys.path is a
+    namespace package without ``__main__``)."""
+    try:
+        return importlib.util.find_spec("build.__main__") is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def build(src: Path, dist: Path) -> tuple[Path, Path]:
     """The sdist of ``src`` and a wheel built from that sdist alone (what pip does with a
     source release). With the ``build`` package (the dev extra) this is the documented
     ``python -m build``, in an isolated environment; without it, the same two PEP 517 steps
     with this venv's setuptools, offline."""
     python = sys.executable
-    if importlib.util.find_spec("build.__main__") is not None:  # not a stray build/ dir
+    if _has_build_package():
         _step(python, "-m", "build", "--outdir", dist, src)
     else:
         hook = f"from setuptools import build_meta as b; b.build_sdist({str(dist)!r})"
