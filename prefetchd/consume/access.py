@@ -41,11 +41,12 @@ def access_problem(path: Path, needs: int) -> str | None:
         return None  # not created yet; we will be able to look into it when it is
     owner = os.stat(target).st_uid
     me = os.geteuid()
+    what = "it" if target == path.absolute() else str(target)
     if owner == me:
-        return f"permission denied on {target}, which is ours: check its mode"
+        return f"permission denied: {what} is ours but not open to us: check its mode"
     return (
-        f"permission denied: {target} belongs to {_user(owner)} and is private to that user; "
-        f"run the trainer as the daemon's user ({_user(owner)}), not {_user(me)}"
+        f"permission denied: {what} belongs to {_user(owner)} and is private to that user; "
+        f"run the trainer as {_user(owner)}, the daemon's user, not as {_user(me)}"
     )
 
 

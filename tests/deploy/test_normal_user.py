@@ -200,7 +200,8 @@ def test_another_users_directories_are_one_line_each(
     assert "PermissionError" not in trainer.stderr
     last = trainer.stderr.strip().splitlines()[-1]
     assert last.startswith("prefetchd.errors.RuntimeFailure: output.ram_dir ")
-    assert f"{layout.ram} belongs to root (uid 0)" in last and user.name in last
+    assert f"{layout.ram}: permission denied: it belongs to root (uid 0)" in last
+    assert f"not as {user.name} (uid {user.uid})" in last
 
     check = user.run(installed, "prefetchd", "check", "--config", str(config))
     assert check.returncode == 1

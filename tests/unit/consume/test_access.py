@@ -42,5 +42,5 @@ def test_another_users_ram_dir_is_one_line_naming_it_and_its_owner(
         access.check_trainer_access(lay)
     message = str(err.value)
     assert "\n" not in message
-    assert message.startswith(f"output.ram_dir {lay.ram}: permission denied: {lay.ram} belongs to")
+    assert message.startswith(f"output.ram_dir {lay.ram}: permission denied: it belongs to")
     assert f"(uid {os.stat(lay.ram).st_uid})" in message and "uid 4242" in message
