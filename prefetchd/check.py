@@ -10,6 +10,7 @@ from pathlib import Path
 import boto3
 import botocore.exceptions
 
+from prefetchd import sizing
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import in_share, matches
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client
@@ -29,8 +30,10 @@ def run_checks(config: Config) -> list[Finding]:
     findings = [Finding("ok", f"config {config.path or '(object)'} is valid")]
     findings.append(_check_format(config))
     findings.append(_check_writer_core())
-    findings += list(_check_store(config))
+    listed: list[int] = []
+    findings += list(_check_store(config, listed))
     findings.append(_check_ram_dir(config))
+    findings += _check_sizing(config, listed)
     findings.append(
         _check_dir("download.cache_dir", config.download.cache_dir, config.download.window)
     )
@@ -46,7 +49,9 @@ def run_checks(config: Config) -> list[Finding]:
     return findings
 
 
-def _check_store(config: Config) -> Iterator[Finding]:
+def _check_store(config: Config, listed: list[int]) -> Iterator[Finding]:
+    """Credentials, bucket access and the first page of the listing; appends the sizes of this
+    worker's listed objects to ``listed`` (for the sizing advice)."""
     session = boto3.session.Session(
         profile_name=config.source.profile, region_name=config.source.region
     )
@@ -62,7 +67,8 @@ def _check_store(config: Config) -> Iterator[Finding]:
     except Exception as exc:
         yield Finding("fail", str(boot_failure(config, exc)))
         return
-    keys = [item["Key"] for item in page.get("Contents", [])]
+    items = page.get("Contents", [])
+    keys = [item["Key"] for item in items]
     shard = config.sharding
     matching = [
         k
@@ -70,6 +76,8 @@ def _check_store(config: Config) -> Iterator[Finding]:
         if matches(k[len(src.prefix) :], src.include)
         and in_share(k, shard.num_workers, shard.worker_index)
     ]
+    mine = set(matching)
+    listed += [int(item["Size"]) for item in items if item["Key"] in mine]
     more = " (first page)" if page.get("IsTruncated") else ""
     if src.manifest:
         yield _check_manifest(client, src.manifest)
@@ -114,9 +122,19 @@ def _check_manifest(client: S3Client, manifest: str) -> Finding:
     return Finding("ok", f"source.manifest {manifest} is readable")
 
 
+def _check_sizing(config: Config, listed: list[int]) -> list[Finding]:
+    """The rules of thumb of prefetchd/sizing.py, one WARN line each."""
+    typical = sum(listed) // len(listed) if listed else 0
+    lines = sizing.advice(config, cores=os.cpu_count() or 1, object_size=typical)
+    return [Finding("warn", line) for line in lines]
+
+
 def _check_ram_dir(config: Config) -> Finding:
     path, budget = config.output.ram_dir, config.output.ram_budget
     fstype = filesystem_type(path)
+    total = _total_bytes(path)
+    if fstype == "tmpfs" and total is not None and total < budget:
+        return Finding("fail", small_tmpfs_advice(path, total, budget))
     free = _free_bytes(path)
     if free is not None and free < budget:
         return Finding(
@@ -131,6 +149,18 @@ def _check_ram_dir(config: Config) -> Finding:
             "shards will go through a disk",
         )
     return Finding("ok", f"output.ram_dir {path} is tmpfs with {format_size(free or 0)} free")
+
+
+def small_tmpfs_advice(path: Path, total: int, budget: int) -> str:
+    """What to do when the RAM disk itself is smaller than ``output.ram_budget``: in a container
+    this is Docker's 64 MiB ``/dev/shm`` (or a Kubernetes pod's default), not a full disk."""
+    gib = max(1, -(-budget // 1024**3))
+    return (
+        f"output.ram_dir {path} is on a tmpfs of {format_size(total)}, smaller than "
+        f"output.ram_budget {format_size(budget)}: give it more room (docker run "
+        f"--shm-size={gib + 1}g; Kubernetes: an emptyDir with medium: Memory and sizeLimit: "
+        f"{gib + 1}Gi mounted there), or fit output.ram_budget and output.shard_size in it"
+    )
 
 
 def _check_dir(key: str, path: Path, need: int) -> Finding:
@@ -150,9 +180,18 @@ def _check_dir(key: str, path: Path, need: int) -> Finding:
 
 def _existing_ancestor(path: Path) -> Path:
     path = path.absolute()
-    while not path.exists() and path != path.parent:
+    while not os.path.exists(path) and path != path.parent:  # False also behind a 0700 dir
         path = path.parent
     return path
+
+
+def _total_bytes(path: Path) -> int | None:
+    """The size of the filesystem ``path`` (or its nearest existing ancestor) lives on."""
+    try:
+        st = os.statvfs(_existing_ancestor(path))
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
 
 
 def _free_bytes(path: Path) -> int | None:

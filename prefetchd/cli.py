@@ -1,4 +1,4 @@
-"""The ``prefetchd`` command: run, status, check. User mistakes are one line and exit 2."""
+"""The ``prefetchd`` command: run, status, check, init. User mistakes are one line and exit 2."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from typing import NoReturn
 
 from prefetchd import __version__
 from prefetchd.config import Config, load_config
-from prefetchd.errors import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE, PrefetchdError
+from prefetchd.errors import (
+    EXIT_FAILURE,
+    EXIT_NOT_RUNNING,
+    EXIT_OK,
+    EXIT_USAGE,
+    ConfigError,
+    PrefetchdError,
+)
 from prefetchd.layout import Layout
 from prefetchd.supervise.status import is_running, read_status, render_table
 from prefetchd.supervise.status_record import StatusRecord
@@ -36,12 +43,18 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", action="store_true", help="redraw every second until Ctrl-C")
     check = sub.add_parser("check", help="validate config, credentials, bucket and directories")
     check.add_argument("--config", required=True, help="path to the YAML config")
+    init = sub.add_parser("init", help="write a commented config sized for this host")
+    init.add_argument("--url", required=True, help="the data: s3://bucket/prefix/")
+    init.add_argument("--endpoint-url", help="an S3-compatible store's http(s):// URL")
+    init.add_argument("--output", help="the file to write (never overwritten); default: stdout")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "init":
+            return _init(args.url, args.endpoint_url, args.output)
         config = load_config(args.config)
         if args.command == "run":
             return _run(config)
@@ -130,3 +143,29 @@ def _check(config: Config) -> int:
     for finding in findings:
         print(f"{finding.level.upper():<4} {redact(finding.message)}")
     return EXIT_FAILURE if any(f.level == "fail" for f in findings) else EXIT_OK
+
+
+def _init(url: str, endpoint_url: str | None, output: str | None) -> int:
+    """Print or write (exclusively: an existing file is an error) a config for this host; it
+    is validated first, so a bad ``--url`` is the usual one line and exit 2."""
+    import yaml
+
+    from prefetchd.config import config_from_dict
+    from prefetchd.init_config import plan, probe_host, render
+
+    text = render(plan(probe_host()), url=url, endpoint_url=endpoint_url)
+    config_from_dict(yaml.safe_load(text))
+    if output is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        with open(output, "x", encoding="utf-8") as f:
+            f.write(text)
+    except FileExistsError:
+        raise ConfigError(
+            f"--output {output}: the file exists (prefetchd init never overwrites)"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"--output {output}: cannot write: {exc.strerror}") from None
+    print(f"wrote {output}; next: prefetchd check --config {output}", file=sys.stderr)
+    return EXIT_OK

@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 import yaml
 
 from prefetchd.errors import ConfigError
+from prefetchd.paths import default_cache_dir, default_ram_dir, default_state_dir
 from prefetchd.sizes import format_size, parse_size
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BUILTIN_FORMATS = ("tfrecord", "raw", "lines", "tar")
 CLIENTS = ("classic", "crt")
 COMPRESSIONS = ("none", "gzip")
+ADDRESSING_STYLES = ("auto", "path", "virtual")
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
 _PLUGIN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
@@ -33,6 +35,9 @@ _PLUGIN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 class SourceConfig:
     url: str
     endpoint_url: str | None = None
+    # auto: botocore's choice (virtual-hosted on AWS, path-style for an endpoint_url); MinIO
+    # and Ceph RGW without wildcard DNS need path.
+    addressing_style: str = "auto"
     region: str | None = None
     profile: str | None = None
     include: tuple[str, ...] = ("*",)
@@ -70,7 +75,7 @@ def default_client() -> str:
 
 @dataclass(frozen=True)
 class DownloadConfig:
-    cache_dir: Path = Path("/var/cache/prefetchd")
+    cache_dir: Path = field(default_factory=default_cache_dir)  # null in YAML: the same
     window: int = 16 * 1024**3
     concurrency: int = 32
     part_size: int = 8 * 1024**2
@@ -80,7 +85,7 @@ class DownloadConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    ram_dir: Path = Path("/dev/shm/prefetchd")
+    ram_dir: Path = field(default_factory=default_ram_dir)
     ram_budget: int = 4 * 1024**3
     writers: int = 2
     shard_size: int = 128 * 1024**2
@@ -90,7 +95,7 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class StatusConfig:
-    state_dir: Path = Path("/var/lib/prefetchd")
+    state_dir: Path = field(default_factory=default_state_dir)
     metrics_port: int | None = None
 
 
@@ -303,6 +308,15 @@ def _path(value: object) -> Path:
     return Path(value).expanduser()
 
 
+def _dir_or(default: Callable[[], Path]) -> Callable[[object], Path]:
+    """A directory path, or ``default()`` (prefetchd/paths.py) for ``null``."""
+
+    def convert(value: object) -> Path:
+        return default() if value is None else _path(value)
+
+    return convert
+
+
 def _s3_url(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError("expected s3://bucket/prefix/")
@@ -359,6 +373,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
         {
             "url": _Spec(_s3_url, required=True),
             "endpoint_url": _Spec(_optional(_endpoint)),
+            "addressing_style": _Spec(_choice(*ADDRESSING_STYLES)),
             "region": _Spec(_optional(_text)),
             "profile": _Spec(_optional(_text)),
             "include": _Spec(_globs),
@@ -377,7 +392,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
     "download": (
         DownloadConfig,
         {
-            "cache_dir": _Spec(_path),
+            "cache_dir": _Spec(_dir_or(default_cache_dir)),
             "window": _Spec(_size_in(1024**2, 1024**5)),
             "concurrency": _Spec(_int_in(1, 1024)),
             "part_size": _Spec(_size_in(64 * 1024, 5 * 1024**3)),
@@ -388,7 +403,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
     "output": (
         OutputConfig,
         {
-            "ram_dir": _Spec(_path),
+            "ram_dir": _Spec(_dir_or(default_ram_dir)),
             "ram_budget": _Spec(_size_in(1024**2, 1024**5)),
             "writers": _Spec(_int_in(1, 64)),
             "shard_size": _Spec(_size_in(64 * 1024, 64 * 1024**3)),
@@ -398,7 +413,10 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
     ),
     "status": (
         StatusConfig,
-        {"state_dir": _Spec(_path), "metrics_port": _Spec(_optional(_int_in(1, 65535)))},
+        {
+            "state_dir": _Spec(_dir_or(default_state_dir)),
+            "metrics_port": _Spec(_optional(_int_in(1, 65535))),
+        },
     ),
     "log": (LogConfig, {"level": _Spec(_choice(*LOG_LEVELS))}),
 }

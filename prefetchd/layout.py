@@ -297,6 +297,8 @@ def _unsafe_ancestor(path: Path) -> str | None:
             info = os.lstat(current / part)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except PermissionError:  # another user's private directory on the way
+            return f"permission denied: {current} (uid {parent.st_uid}) is private to its owner"
         if shared and info.st_uid not in (0, os.geteuid()):
             kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "a directory"
             return (

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from prefetchd.config import Config, load_config
+from prefetchd.consume.access import check_trainer_access
 from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
 from prefetchd.errors import DaemonFailed
 from prefetchd.inotify import IN_CLOSE, IN_MOVED_TO, IN_OPEN, Event, Watch
@@ -72,6 +73,7 @@ def ready_files(
     if epoch is not None and (epoch < 0 or (count is not None and epoch >= count)):
         raise ValueError(f"epoch {epoch} is not one of this job's epochs (epochs.count={count})")
     saved = parse_position(position) if position is not None else None
+    check_trainer_access(Layout.of(cfg))
     return ReadyFiles(cfg, epoch=epoch, timeout=timeout, grace=grace, saved=saved)
 
 
@@ -278,9 +280,11 @@ def _orphaned_claims(layout: Layout, prefix: str, own: str) -> bool:
 
 
 def _wait_for_dirs(layout: Layout, health: _DaemonHealth) -> None:
+    check_trainer_access(layout)  # a daemon of another user: one line, not a PermissionError
     while not all(d.is_dir() for d in (layout.ram_ready, layout.ram_claimed, layout.ram_consumers)):
         health.check()
         time.sleep(_POLL)
+        check_trainer_access(layout)
 
 
 class _DaemonHealth:

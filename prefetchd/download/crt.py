@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import ipaddress
 import logging
 import os
 import re
@@ -99,9 +100,14 @@ class Endpoint:
         return f"{self.base_path}/{quote(key, safe='/~')}"  # botocore quotes keys the same way
 
 
-def endpoint_for(bucket: str, endpoint_url: str | None, resolved_url: str) -> Endpoint:
-    """``endpoint_url`` (any S3-compatible store, path-style) or, when it is None, the URL
-    botocore resolved for the region (AWS: virtual-hosted when the bucket name allows it)."""
+def endpoint_for(
+    bucket: str, endpoint_url: str | None, resolved_url: str, style: str = "auto"
+) -> Endpoint:
+    """``endpoint_url`` (any S3-compatible store) or, when it is None, the URL botocore resolved
+    for the region. ``style`` is ``source.addressing_style`` and means what it means to botocore:
+    auto is virtual-hosted on AWS when the bucket name allows it and path-style for an
+    ``endpoint_url``; virtual puts the bucket in the host name except for an IP address, where
+    botocore uses path-style too."""
     url = urlsplit(endpoint_url or resolved_url)
     if url.scheme not in ("http", "https") or not url.hostname:
         raise ConfigError(f"source.endpoint_url: {url.geturl()!r} is not an http(s) URL")
@@ -112,9 +118,18 @@ def endpoint_for(bucket: str, endpoint_url: str | None, resolved_url: str) -> En
     host = url.netloc.rpartition("@")[2]  # keeps [v6] brackets and :port
     prefix = url.path.rstrip("/")
     aws = endpoint_url is None and url.hostname.endswith((".amazonaws.com", ".amazonaws.com.cn"))
-    if aws and "." not in bucket and not prefix:
-        return Endpoint(f"{bucket}.{host}", url.scheme == "https", "")
+    auto_virtual = style == "auto" and aws and "." not in bucket and not prefix
+    if auto_virtual or (style == "virtual" and not _is_ip(url.hostname)):
+        return Endpoint(f"{bucket}.{host}", url.scheme == "https", prefix)
     return Endpoint(host, url.scheme == "https", f"{prefix}/{bucket}")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -154,7 +169,9 @@ class CrtTransfer:
         region = src.region or session.get_config_variable("region") or DEFAULT_REGION
         self._credentials = session.get_credentials()
         resolved = "" if src.endpoint_url else _resolved_url(session, region)
-        self._endpoint = endpoint_for(self._bucket, src.endpoint_url, resolved)
+        self._endpoint = endpoint_for(
+            self._bucket, src.endpoint_url, resolved, src.addressing_style
+        )
         provider = awscrt.auth.AwsCredentialsProvider.new_delegate(self._crt_credentials)
         self._client = awscrt.s3.S3Client(
             region=region,

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 import botocore.config
@@ -71,8 +71,15 @@ def make_client(config: Config, *, pool: int | None = None) -> S3Client:
             connect_timeout=10,
             read_timeout=60,
             tcp_keepalive=True,
+            s3={"addressing_style": _style(src.addressing_style)},
         ),
     )
+
+
+def _style(style: str) -> Literal["auto", "virtual", "path"]:
+    """``source.addressing_style``, already one of these (config.ADDRESSING_STYLES)."""
+    styles: dict[str, Literal["auto", "virtual", "path"]] = {"virtual": "virtual", "path": "path"}
+    return styles.get(style, "auto")
 
 
 class Fault(enum.Enum):

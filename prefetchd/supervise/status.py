@@ -281,7 +281,8 @@ def _header(status: StatusRecord) -> list[str]:
     lines = [
         f"prefetchd {status.state}"
         + (f": {_safe(status.reason, 300)}" if status.reason else "")
-        + f"   pid {status.pid or '-'}, up {_duration(status.uptime_s)}",
+        + f"   pid {status.pid or '-'}, up {_duration(status.uptime_s)}"
+        + (f", version {status.prefetchd_version}" if status.prefetchd_version else ""),
         f"  config        {_safe(status.config or '?', 300)}",
     ]
     verdict = status.bottleneck

@@ -85,6 +85,7 @@ class StatusRecord:
     state: str  # a DaemonState (another version may know others)
     reason: str | None = None
     pid: int = 0
+    prefetchd_version: str | None = None  # the running daemon's release, not the reader's
     config: str | None = None
     started: float = 0.0
     updated: float = 0.0

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from prefetchd import __version__
 from prefetchd.config import Config
 from prefetchd.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure
 from prefetchd.layout import (
@@ -380,6 +381,7 @@ class Supervisor:
             state=str(self.state),
             reason=self.reason,
             pid=os.getpid(),
+            prefetchd_version=__version__,
             config=str(self.config.path) if self.config.path else None,
             started=self.started,
             updated=time.time(),

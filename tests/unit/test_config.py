@@ -31,6 +31,7 @@ DESIGN_SAMPLE = """\
 source:
   url: s3://bucket/prefix/       # required
   endpoint_url: null             # any S3-compatible endpoint; null = AWS
+  addressing_style: auto         # auto | path | virtual (MinIO, Ceph RGW often need path)
   region: null
   profile: null                  # credentials come from the standard AWS chain, never this file
   include: ["*"]                 # glob patterns matched against the key below the prefix
@@ -270,7 +271,7 @@ BAD = [
     ("download", "cache_dir", ""),
     ("download", "cache_dir", "   "),
     ("download", "cache_dir", 5),
-    ("download", "cache_dir", None),
+    ("download", "cache_dir", []),  # null is allowed: the per-user default (paths.py)
     ("download", "window", "16XB"),
     ("download", "window", -1),
     ("download", "window", True),
