@@ -72,6 +72,7 @@ def default_client() -> str:
 class DownloadConfig:
     cache_dir: Path = Path("/var/cache/prefetchd")
     window: int = 16 * 1024**3
+    keep: int = 0  # most bytes of raw objects kept on local disk across epochs; 0 = none
     concurrency: int = 32
     part_size: int = 8 * 1024**2
     client: str = field(default_factory=default_client)
@@ -379,6 +380,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
         {
             "cache_dir": _Spec(_path),
             "window": _Spec(_size_in(1024**2, 1024**5)),
+            "keep": _Spec(_size_in(0, 1024**6)),
             "concurrency": _Spec(_int_in(1, 1024)),
             "part_size": _Spec(_size_in(64 * 1024, 5 * 1024**3)),
             "client": _Spec(_choice(*CLIENTS)),
