@@ -583,6 +583,11 @@ class Downloader:
         None if the hand-over ledger is full for now (the loop waits, as for the window)."""
         name = self.keeper.usable(job.obj) if self.keeper is not None else None
         if self.keeper is None or name is None:
+            if self.keeper is not None and self.keeper.wants(job.obj) and self._fetching(job):
+                # The previous epoch is still downloading it, to keep it: wait for that copy
+                # instead of fetching the same bytes twice.
+                self._wait(0.05)
+                return None
             return False
         if not self.handoff.fits(job.obj.size):
             self.counters["activity"] = Activity.WAITING_FOR_WINDOW
@@ -603,6 +608,13 @@ class Downloader:
         self.keeper.hit(job.epoch, job.obj)
         self._mark_done(job)
         return True
+
+    def _fetching(self, job: Job) -> bool:
+        """Whether the same object is being downloaded (or waits for a retry) for an earlier
+        epoch: local names end in the hash of bucket and key."""
+        digest = job.name.rpartition("-")[2]
+        waiting = (j.name for _, j in self.retry_queue)
+        return any(n.endswith(digest) for n in (*self.active, *waiting))
 
     def _reset_windows(self, held: dict[str, int]) -> None:
         """Charge what is on disk (after a start-up or a lost inotify event) to the window,

@@ -155,6 +155,10 @@ class Keeper:
         name = self.store.name_of(obj)
         return name if name is not None and self.store.has(name) else None
 
+    def wants(self, obj: SourceObject) -> bool:
+        """Whether ``obj`` as listed now is chosen to be kept and keeping goes on."""
+        return not self.stopped and self.store.name_of(obj) in self.wanted
+
     def hand_over(self, name: str, obj: SourceObject, dest: Path) -> bool:
         """Link the kept copy at ``dest``; False (counted, logged) if it failed its check."""
         problem = self.store.hand_over(name, dest)
