@@ -134,7 +134,11 @@ class KeptStore:
                 f"kept copy corrupt on disk ({size} bytes, crc32c {crc:08x}; "
                 f"kept {entry.size} bytes, crc32c {entry.crc32c:08x})"
             )
-        os.link(path, dest)
+        try:
+            os.link(path, dest)
+        except OSError as exc:
+            self.drop(name)
+            return f"kept copy could not be linked ({exc.strerror})"
         return None
 
     def add(self, name: str, obj: SourceObject, path: Path) -> None:
