@@ -380,7 +380,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
         {
             "cache_dir": _Spec(_path),
             "window": _Spec(_size_in(1024**2, 1024**5)),
-            "keep": _Spec(_size_in(0, 1024**6)),
+            "keep": _Spec(_size_in(0, 1024**5)),
             "concurrency": _Spec(_int_in(1, 1024)),
             "part_size": _Spec(_size_in(64 * 1024, 5 * 1024**3)),
             "client": _Spec(_choice(*CLIENTS)),

@@ -288,7 +288,7 @@ BAD = [
     ("download", "keep", -1),
     ("download", "keep", True),
     ("download", "keep", None),
-    ("download", "keep", 1024**6 + 1),
+    ("download", "keep", "2000TiB"),
     ("download", "concurrency", 0),
     ("download", "concurrency", 1025),
     ("download", "concurrency", "32"),
