@@ -4,9 +4,12 @@ epoch, and a kept copy stands in only while it is intact and the source object u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -204,3 +207,61 @@ def _kept_file_of(tmp_path: Path, key: str) -> Path:
         if json.loads(meta.read_text())["key"] == key:
             return keep / meta.name.removesuffix(".json")
     raise AssertionError(f"{key} is not kept")
+
+
+@pytest.fixture
+def small_tmpfs(ram_parent: Path) -> Iterator[Callable[[str], Path]]:
+    """``small_tmpfs("7m") -> Path``: a fresh tmpfs of that size; unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounts: list[Path] = []
+
+    def mount(size: str) -> Path:
+        point = Path(tempfile.mkdtemp(prefix=f"prefetchd-test-{os.getpid()}-fs-", dir=ram_parent))
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
+            check=True,
+            capture_output=True,
+        )
+        mounts.append(point)
+        return point
+
+    yield mount
+    for point in mounts:
+        if subprocess.run(["umount", str(point)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(point)], capture_output=True)
+        with contextlib.suppress(OSError):
+            point.rmdir()
+
+
+def test_a_disk_too_small_for_keep_stops_keeping_and_training_goes_on(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+    small_tmpfs: Callable[[str], Path],
+) -> None:
+    dataset = upload("tfrecord", SIZES, seed=47)  # 4.9 MiB
+    disk = small_tmpfs("5m")
+    config = keep_config(
+        tmp_path,
+        write_config,
+        proxy,
+        epochs__count=2,
+        download__cache_dir=disk / "cache",
+        download__window="2MiB",
+    )
+    daemon = run_daemon(config)
+    out = tmp_path / "trainer.json"
+    result = finish_reader(start_reader(config, out), out)
+    assert daemon.wait(120) == 0, daemon.output()
+    for epoch in (0, 1):
+        assert delivered([result], epoch) == Counter(dataset["ids"]), f"epoch {epoch}"
+    status = read_status(config)
+    assert status is not None
+    assert status["keep_stopped"] == 1
+    assert 0 < status["keep_bytes"] < dataset["bytes"]
+    assert status["keep_hits"] > 0  # what was kept before the disk filled is still used
+    logged = [ln for ln in daemon.output(limit=10**6).splitlines() if "no longer keeping" in ln]
+    assert len(logged) == 1, logged
