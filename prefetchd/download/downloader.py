@@ -89,6 +89,7 @@ class Downloader:
         self.handoff = Window(self.config.download.window)  # kept objects handed to writers
         self.keeper: Keeper | None = None
         self.linked: set[str] = set()  # objects on disk whose bytes are also kept (start-up)
+        self.first_epoch = 0  # the first epoch this run schedules
         self.results: queue.Queue[Job] = queue.Queue()
         self.retry_queue: list[tuple[float, Job]] = []
         self.epochs: dict[int, EpochProgress] = {}
@@ -245,9 +246,9 @@ class Downloader:
         epoch = self._first_epoch()
         bucket = self.config.source.bucket
         first = True
-        first_epoch = epoch
+        self.first_epoch = epoch
         while count is None or epoch < count:
-            if epoch > first_epoch:
+            if epoch > self.first_epoch:
                 self._refresh_keep()
             order = epoch_permutation(
                 len(self.share),
@@ -610,11 +611,13 @@ class Downloader:
         return True
 
     def _fetching(self, job: Job) -> bool:
-        """Whether the same object is being downloaded (or waits for a retry) for an earlier
-        epoch: local names end in the hash of bucket and key."""
+        """Whether the same object is being downloaded for an earlier epoch (local names end in
+        the hash of bucket and key). Only requests in flight count: one waiting for a retry is
+        resubmitted by this loop, which must not wait for it."""
+        if job.epoch == self.first_epoch:
+            return False  # no earlier epoch in this run: skip the scan of every request
         digest = job.name.rpartition("-")[2]
-        waiting = (j.name for _, j in self.retry_queue)
-        return any(n.endswith(digest) for n in (*self.active, *waiting))
+        return any(name.endswith(digest) for name in self.active)
 
     def _reset_windows(self, held: dict[str, int]) -> None:
         """Charge what is on disk (after a start-up or a lost inotify event) to the window,
