@@ -574,8 +574,10 @@ class Downloader:
         try:
             listing = ShareTable.of(list_share(client, self.config))
         except Exception as exc:  # the store's error, whatever its type: downloads still work
-            log.warning("download.keep: listing again failed (%s); no kept copies used", exc)
-            keeper.store.retain(())
+            log.warning(
+                "download.keep: listing again failed (%s); no kept copy is used this epoch", exc
+            )
+            keeper.trusted = False
             return
         keeper.refresh(self.share, listing)
 

@@ -79,6 +79,7 @@ class Keeper:
         self.flags = bytearray()
         self.wanted: set[str] = set()
         self.overrides: dict[int, SourceObject] = {}  # row -> as listed now, if it changed
+        self.trusted = True  # False while the latest listing failed: no copy is confirmed
         self.stopped: str | None = None
         self.epochs: dict[int, EpochKeep] = {}
         self.dirty: set[int] = set()
@@ -117,6 +118,7 @@ class Keeper:
         ETag or size changed, or that is gone, loses its kept copy; changed ones are fetched
         (and kept) as listed now."""
         self.overrides.clear()
+        self.trusted = True
         j = 0
         for row in range(len(share)):
             obj = share[row]
@@ -153,7 +155,7 @@ class Keeper:
     def usable(self, obj: SourceObject) -> str | None:
         """The entry that may stand in for ``obj`` as listed now, if one is kept."""
         name = self.store.name_of(obj)
-        return name if name is not None and self.store.has(name) else None
+        return name if self.trusted and name is not None and self.store.has(name) else None
 
     def wants(self, obj: SourceObject) -> bool:
         """Whether ``obj`` as listed now is chosen to be kept and keeping goes on."""

@@ -233,3 +233,15 @@ def test_keep_zero_drops_what_an_earlier_run_kept(tmp_path: Path) -> None:
     off = make_keeper(tmp_path, capacity=0)
     off.plan(ShareTable.of(OBJECTS))
     assert os.listdir(off.layout.cache_keep) == []
+
+
+def test_no_kept_copy_is_used_while_the_latest_listing_failed(tmp_path: Path) -> None:
+    keeper = make_keeper(tmp_path, capacity=10_000)
+    share = ShareTable.of(OBJECTS)
+    keeper.plan(share)
+    keeper.downloaded(0, OBJECTS[0], download(tmp_path, OBJECTS[0]), reserve=0)
+    keeper.trusted = False  # what the downloader sets when listing again fails
+    assert keeper.usable(OBJECTS[0]) is None
+    assert keeper.store.has(keeper.store.name_of(OBJECTS[0]) or "")  # kept, not deleted
+    keeper.refresh(share, share)
+    assert keeper.usable(OBJECTS[0]) is not None
