@@ -198,6 +198,8 @@ def test_the_kept_set_is_reused_after_the_daemon_is_sigkilled_between_epochs(
     for epoch in (0, 1):
         assert delivered([result], epoch) == Counter(dataset["ids"]), f"epoch {epoch}"
     assert served_once(proxy, dataset) == {}  # nothing kept was fetched again after the kill
+    status = read_status(config)
+    assert status is not None and status["keep_hits"] > 0  # served by the restarted daemon
     assert "resuming the unfinished job" in second.output()
 
 
