@@ -153,6 +153,8 @@ def run_bench(args: argparse.Namespace) -> int:
         }
         if args.sweep:
             return run_sweep(args, runner, uploaded, out, meta)
+        if args.keep_sweep:
+            return run_keep_sweep(args, runner, store.port, uploaded, out, meta)
         meta["networks"] = phases(args)
         for phase in phases(args):
             with phase_network(args, runner, store.port, phase) as phase_runner:
@@ -290,6 +292,25 @@ def run_sweep(
     return failed
 
 
+def run_keep_sweep(
+    args: argparse.Namespace,
+    runner: Bench,
+    store_port: int,
+    uploaded: dict[str, datasets.Uploaded],
+    out: Path,
+    meta: dict[str, Any],
+) -> int:
+    """download.keep at 0, 50 % and 100 % of the first dataset, over several epochs
+    (``bench/keep_sweep.py``); loopback, or behind the pacing proxy with ``--network paced``."""
+    from bench import keep_sweep
+
+    phase = "paced" if args.network == "paced" else "loopback"
+    ds = uploaded[args.datasets[0]]
+    with phase_network(args, runner, store_port, phase) as phase_runner:
+        failed: int = keep_sweep.keep_sweep(args, phase_runner, ds, out, meta, phase, log)
+    return failed
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
@@ -300,6 +321,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="every dataset small, 1 repeat: < 5 minutes"
     )
     p.add_argument("--sweep", action="store_true", help="tuning curves (docs/tuning.md)")
+    p.add_argument(
+        "--keep-sweep",
+        action="store_true",
+        help="download.keep at 0/50/100 %% of the first --datasets dataset, 3 epochs each",
+    )
     p.add_argument("--store", choices=STORES, default="seaweedfs")
     p.add_argument(
         "--network",

@@ -15,7 +15,7 @@ from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import in_share, matches
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client
 from prefetchd.errors import ConfigError
-from prefetchd.layout import dir_problem
+from prefetchd.layout import Layout, dir_bytes, dir_problem
 from prefetchd.sizes import format_size
 from prefetchd.write.formats import get_format
 
@@ -38,6 +38,8 @@ def run_checks(config: Config) -> list[Finding]:
         _check_dir("download.cache_dir", config.download.cache_dir, config.download.window)
     )
     findings.append(_check_dir("status.state_dir", config.status.state_dir, 0))
+    if config.download.keep:
+        findings.append(_check_keep(config))
     for key, path in (
         ("output.ram_dir", config.output.ram_dir),
         ("download.cache_dir", config.download.cache_dir),
@@ -176,6 +178,30 @@ def _check_dir(key: str, path: Path, need: int) -> Finding:
         "ok",
         f"{key} {path} is writable" + (f", {format_size(free)} free" if free is not None else ""),
     )
+
+
+def _check_keep(config: Config) -> Finding:
+    """Whether the cache_dir's filesystem can hold ``download.keep`` beside the window. Bytes
+    kept already count as room: they are part of ``keep``."""
+    download = config.download
+    free = _free_bytes(download.cache_dir)
+    if free is None:
+        return Finding("warn", f"download.keep: cannot tell the free space of {download.cache_dir}")
+    kept = dir_bytes(Layout.of(config).cache_keep)
+    need = download.keep + download.window
+    room = free + kept
+    text = (
+        f"download.keep {format_size(download.keep)} + download.window "
+        f"{format_size(download.window)} in {download.cache_dir}: "
+        f"{format_size(free)} free, {format_size(kept)} already kept"
+    )
+    if room < need:
+        return Finding(
+            "warn",
+            f"{text}; the filesystem cannot hold it: keeping stops when the disk is nearly "
+            f"full (about {format_size(max(0, room - download.window))} will be kept)",
+        )
+    return Finding("ok", text)
 
 
 def _existing_ancestor(path: Path) -> Path:

@@ -77,6 +77,7 @@ def default_client() -> str:
 class DownloadConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)  # null in YAML: the same
     window: int = 16 * 1024**3
+    keep: int = 0  # most bytes of raw objects kept on local disk across epochs; 0 = none
     concurrency: int = 32
     part_size: int = 8 * 1024**2
     client: str = field(default_factory=default_client)
@@ -394,6 +395,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
         {
             "cache_dir": _Spec(_dir_or(default_cache_dir)),
             "window": _Spec(_size_in(1024**2, 1024**5)),
+            "keep": _Spec(_size_in(0, 1024**5)),
             "concurrency": _Spec(_int_in(1, 1024)),
             "part_size": _Spec(_size_in(64 * 1024, 5 * 1024**3)),
             "client": _Spec(_choice(*CLIENTS)),

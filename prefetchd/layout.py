@@ -11,6 +11,8 @@ Every directory is created private (0700) and every file is created with ``O_EXC
         meta/<obj>.json           key, size, etag of a published object
         ready/<obj>               complete, verified raw objects; writers claim by rename
         claimed/w<i>-<obj>        owned by writer i until its records are in published shards
+        keep/<id>.json            download.keep: key, etag, size, crc32c of a kept object
+        keep/<id>                 the kept bytes (a hard link to the verified download)
     output.ram_dir/
         .tmp/<shard>.part         shard being written (size includes the budget reservation)
         ready/<shard>             complete shards; trainers claim by rename
@@ -26,6 +28,7 @@ Every directory is created private (0700) and every file is created with ``O_EXC
         journal/w<i>.log          writer i's shard commits (what each shard consumed)
         epochs/<k>.downloaded     epoch k fully downloaded (written by the downloader)
         epochs/<k>.complete       every shard of epoch k published (written by the supervisor)
+        epochs/<k>.keep.json      download.keep's hits and misses in epoch k (the downloader)
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from prefetchd.config import Config
 from prefetchd.errors import RuntimeFailure
 
 _OBJECT = re.compile(r"e([0-9]{5,})-([0-9]{9,})-([0-9a-f]{24})")
+_KEPT = re.compile(r"k-[0-9a-f]{32}")
 _SHARD = re.compile(r"e([0-9]{5,})-w([0-9]{2,})-([0-9]{7,})\.tfrecord(\.gz)?")
 TMP_SUFFIX = ".part"
 
@@ -60,6 +64,18 @@ def parse_object_name(name: str) -> tuple[int, int, str] | None:
     """``(epoch, seq, hash)`` of a local object name, or None if it is not one of ours."""
     m = _OBJECT.fullmatch(name)
     return (int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
+
+
+def kept_name(bucket: str, key: str, etag: str, size: int) -> str:
+    """The name of a kept object in ``cache/keep``: a hash of its source identity, so the same
+    bytes are found again by any job on this cache_dir, and a changed object is another name."""
+    identity = f"{bucket}\x00{key}\x00{etag}\x00{size}".encode("utf-8", "surrogatepass")
+    return "k-" + hashlib.sha256(identity).hexdigest()[:32]
+
+
+def parse_kept_name(name: str) -> bool:
+    """Whether ``name`` is a kept object's name (``kept_name``)."""
+    return _KEPT.fullmatch(name) is not None
 
 
 def epoch_prefix(epoch: int) -> str:
@@ -136,6 +152,10 @@ class Layout:
     def cache_claimed(self) -> Path:
         return self.cache / "claimed"
 
+    @property
+    def cache_keep(self) -> Path:
+        return self.cache / "keep"
+
     # ram_dir
     @property
     def ram_tmp(self) -> Path:
@@ -195,6 +215,9 @@ class Layout:
     def complete_marker(self, epoch: int) -> Path:
         return self.epochs / f"{epoch}.complete"
 
+    def keep_figures(self, epoch: int) -> Path:
+        return self.epochs / f"{epoch}.keep.json"
+
     def all_dirs(self) -> list[Path]:
         return [
             self.cache,
@@ -202,6 +225,7 @@ class Layout:
             self.cache_meta,
             self.cache_ready,
             self.cache_claimed,
+            self.cache_keep,
             self.ram,
             self.ram_tmp,
             self.ram_ready,

@@ -10,6 +10,11 @@ then published in three steps whose order makes a crash at any point safe::
 On start-up a ``.part`` whose hash is already in the progress log is rolled forward (renamed);
 any other ``.part`` is deleted and fetched again. Objects in the log are not fetched again.
 When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
+
+With ``download.keep`` (``keeper.py``), an object whose verified copy is kept goes the same way
+without a GET: the kept file is hard-linked at ``.tmp/<obj>.part`` and published as above. Such
+hand-overs take no disk of their own, so they are held to a second ledger (``handoff``, also
+``download.window`` bytes) instead of the window; it keeps ``ready/`` as short as downloads do.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 
 from prefetchd.budget import Window
 from prefetchd.download.jobs import Job
+from prefetchd.download.keeper import Keeper
 from prefetchd.download.order import epoch_permutation
 from prefetchd.download.share import ShareTable
 from prefetchd.download.store import (
@@ -80,6 +86,10 @@ class Downloader:
         self.config = ctx.config
         self.layout = ctx.layout
         self.window = Window(self.config.download.window)
+        self.handoff = Window(self.config.download.window)  # kept objects handed to writers
+        self.keeper: Keeper | None = None
+        self.linked: set[str] = set()  # objects on disk whose bytes are also kept (start-up)
+        self.first_epoch = 0  # the first epoch this run schedules
         self.results: queue.Queue[Job] = queue.Queue()
         self.retry_queue: list[tuple[float, Job]] = []
         self.epochs: dict[int, EpochProgress] = {}
@@ -108,6 +118,14 @@ class Downloader:
             window_bytes=0,
             window_fetching_bytes=0,
             window_limit=self.window.limit,
+            keep_bytes=0,
+            keep_hits=0,
+            keep_hit_bytes=0,
+            keep_misses=0,
+            keep_miss_bytes=0,
+            keep_gets_saved=0,
+            keep_refetched=0,
+            keep_stopped=0,
             activity=Activity.LISTING,
             activity_detail=None,
         )
@@ -141,6 +159,7 @@ class Downloader:
             log.warning(
                 "%d keys were listed more than once; each is read once", self.share.duplicates
             )
+        self._plan_keep()
         # Watch before the start-up scan: a writer that deletes an object while we scan (its
         # own recovery) must still free the window, or those bytes would be held for ever.
         with Watch(self.layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions:
@@ -188,7 +207,7 @@ class Downloader:
         for entry in os.scandir(self.layout.cache_meta):
             if entry.name.removesuffix(".json") not in on_disk:
                 os.unlink(entry.path)
-        self.window.reset(on_disk)
+        self._reset_windows(on_disk)
 
     def _objects_on_disk(self) -> dict[str, int]:
         held: dict[str, int] = {}
@@ -198,9 +217,12 @@ class Downloader:
                 if name is None:
                     continue
                 try:
-                    held[name] = entry.stat().st_size
+                    info = entry.stat()
                 except FileNotFoundError:
                     continue
+                held[name] = info.st_size
+                if info.st_nlink > 1:
+                    self.linked.add(name)
         return held
 
     def _unfinished_epochs_on_disk(self) -> list[int]:
@@ -224,7 +246,10 @@ class Downloader:
         epoch = self._first_epoch()
         bucket = self.config.source.bucket
         first = True
+        self.first_epoch = epoch
         while count is None or epoch < count:
+            if epoch > self.first_epoch:
+                self._refresh_keep()
             order = epoch_permutation(
                 len(self.share),
                 seed=self.config.epochs.seed,
@@ -247,6 +272,8 @@ class Downloader:
                 if progress.finished[seq]:
                     continue  # published or skipped before a restart
                 obj = self.share[row]
+                if self.keeper is not None:
+                    obj = self.keeper.current(row, obj)
                 digest = key_hash(bucket, obj.key)
                 name = object_name(epoch, seq, digest)
                 job = Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
@@ -312,6 +339,10 @@ class Downloader:
                 self._wait(0.1)
                 continue
             if current.fd < 0 and current.next_part == 0:
+                served = self._serve_kept(current)
+                if served is not False:
+                    current = None if served else current
+                    continue
                 if not self.window.fits(current.obj.size):
                     self.counters["activity"] = Activity.WAITING_FOR_WINDOW
                     self._wait(0.05)
@@ -337,6 +368,8 @@ class Downloader:
         if not self.ctx.report_due():
             return  # the loop calls this per step; the figures are only needed when published
         self.counters["window_bytes"] = self.window.used
+        if self.keeper is not None:
+            self.keeper.save()
         self.counters["window_fetching_bytes"] = sum(
             job.obj.size for job in (*self.active.values(), *(job for _, job in self.retry_queue))
         )
@@ -345,11 +378,12 @@ class Downloader:
     def _apply_deletions(self, timeout: float) -> None:
         for event in self.deletions.read(timeout):
             if event.overflow:
-                self.window.reset({**self._objects_on_disk(), **self._in_flight_sizes()})
+                self._reset_windows({**self._objects_on_disk(), **self._in_flight_sizes()})
                 continue
             name = claimed_object(event.name)
             if name is not None:
                 self.window.release(name)
+                self.handoff.release(name)
 
     def _in_flight_sizes(self) -> dict[str, int]:
         return {name: job.obj.size for name, job in self.active.items()}
@@ -454,6 +488,9 @@ class Downloader:
         else:
             self._write_meta(job)
         self._log(job, "P")
+        if self.keeper is not None:
+            room = self.window.limit - self.window.used
+            self.keeper.downloaded(job.epoch, job.obj, job.tmp, reserve=max(0, room))
         os.rename(job.tmp, self.layout.cache_ready / job.name)
         self.counters["objects_downloaded"] += 1
         self.counters["bytes_downloaded"] += job.obj.size
@@ -510,7 +547,84 @@ class Downloader:
             fd = self.log_fds.pop(epoch, None)
             if fd is not None:
                 os.close(fd)  # nothing more to log; the supervisor removes it once complete
+            if self.keeper is not None:
+                self.keeper.save()
             marker = self.layout.downloaded_marker(epoch)
             if not marker.exists():
                 write_atomic(marker, json.dumps({"objects": progress.total}).encode())
                 log.info("epoch %d: all %d objects downloaded", epoch, progress.total)
+
+    # --- download.keep (keeper.py) --------------------------------------------------------------
+
+    def _plan_keep(self) -> None:
+        """Choose what to keep; with ``download.keep: 0``, drop what an earlier run kept."""
+        download = self.config.download
+        bucket = self.config.source.bucket
+        keeper = Keeper(self.layout, bucket, download.keep, download.part_size, self.counters)
+        keeper.plan(self.share)
+        self.keeper = keeper if download.keep else None
+
+    def _refresh_keep(self) -> None:
+        """List again before an epoch that may serve kept copies: a copy stands in only for an
+        object unchanged since (invariant 10). If the listing fails, serve none this epoch."""
+        keeper = self.keeper
+        if keeper is None or not keeper.store.entries:
+            return
+        client = make_client(self.config, pool=8)
+        try:
+            listing = ShareTable.of(list_share(client, self.config))
+        except Exception as exc:  # the store's error, whatever its type: downloads still work
+            log.warning(
+                "download.keep: listing again failed (%s); no kept copy is used this epoch", exc
+            )
+            keeper.trusted = False
+            return
+        keeper.refresh(self.share, listing)
+
+    def _serve_kept(self, job: Job) -> bool | None:
+        """Publish ``job`` from its kept copy: True if done, False if it must be downloaded,
+        None if the hand-over ledger is full for now (the loop waits, as for the window)."""
+        name = self.keeper.usable(job.obj) if self.keeper is not None else None
+        if self.keeper is None or name is None:
+            if self.keeper is not None and self.keeper.wants(job.obj) and self._fetching(job):
+                # The previous epoch is still downloading it, to keep it: wait for that copy
+                # instead of fetching the same bytes twice.
+                self._wait(0.05)
+                return None
+            return False
+        if not self.handoff.fits(job.obj.size):
+            self.counters["activity"] = Activity.WAITING_FOR_WINDOW
+            self._wait(0.05)
+            return None
+        if not self.keeper.hand_over(name, job.obj, job.tmp):
+            return False
+        self.handoff.reserve(job.name, job.obj.size)
+        try:
+            self._write_meta(job)
+            self._log(job, "P")
+        except OSError as exc:  # ENOSPC: like a download that cannot be published
+            job.error = exc
+            self.handoff.release(job.name)
+            self._handle(job)
+            return True
+        os.rename(job.tmp, self.layout.cache_ready / job.name)
+        self.keeper.hit(job.epoch, job.obj)
+        self._mark_done(job)
+        return True
+
+    def _fetching(self, job: Job) -> bool:
+        """Whether the same object is being downloaded for an earlier epoch (local names end in
+        the hash of bucket and key). Only requests in flight count: one waiting for a retry is
+        resubmitted by this loop, which must not wait for it."""
+        if job.epoch == self.first_epoch:
+            return False  # no earlier epoch in this run: skip the scan of every request
+        digest = job.name.rpartition("-")[2]
+        return any(name.endswith(digest) for name in self.active)
+
+    def _reset_windows(self, held: dict[str, int]) -> None:
+        """Charge what is on disk (after a start-up or a lost inotify event) to the window,
+        except kept objects handed to the writers, which the hand-over ledger holds."""
+        kept = {n: s for n, s in held.items() if n in self.linked}
+        self.window.reset({n: s for n, s in held.items() if n not in kept})
+        self.handoff.reset(kept)
+        self.linked.clear()

@@ -102,6 +102,14 @@ class DownloaderCounters(TypedDict):
     window_bytes: int
     window_fetching_bytes: int  # of window_bytes: objects not yet published (GETs, retries)
     window_limit: int
+    keep_bytes: int  # download.keep: bytes kept on disk now
+    keep_hits: int
+    keep_hit_bytes: int
+    keep_misses: int
+    keep_miss_bytes: int
+    keep_gets_saved: int
+    keep_refetched: int
+    keep_stopped: int
     activity: Activity
     activity_detail: str | None  # with PAUSED: the reason and the retry delay
 
@@ -130,6 +138,13 @@ class Counts:
     integrity_failures: int = 0
     objects_unverified: int = 0
     verify_requests: int = 0
+    keep_hits: int = 0
+    keep_hit_bytes: int = 0
+    keep_misses: int = 0
+    keep_miss_bytes: int = 0
+    keep_gets_saved: int = 0
+    keep_refetched: int = 0
+    keep_stopped: int = 0
     records_written: int = 0
     shards_written: int = 0
     bytes_written: int = 0
@@ -177,6 +192,7 @@ class ChildReport:
     epoch_bytes_done: int = 0
     window_bytes: int = 0
     window_fetching_bytes: int = 0
+    keep_bytes: int = 0
     ram_wait_s: float = 0.0
     objects_open: int = 0
     last_errors: tuple[ErrorEntry, ...] = ()

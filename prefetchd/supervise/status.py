@@ -268,6 +268,7 @@ def render_table(status: StatusRecord) -> str:
             *_throughput(status),
             "",
             *_budgets(status),
+            *_keep(status),
             "",
             *_epochs(status),
             "",
@@ -323,6 +324,29 @@ def _budgets(s: StatusRecord) -> list[str]:
         f"  {format_size(s.ram_bytes)} of {format_size(s.ram_budget)}",
         f"  shards        {s.shards_ready} ready, {s.shards_claimed} being read",
     ]
+
+
+def _keep(s: StatusRecord) -> list[str]:
+    """``download.keep``: what is kept, and the share of bytes served from it (per epoch)."""
+    if not s.keep_limit:
+        return []
+    c = s.counts
+    ratio = "no object served yet" if s.keep_hit_ratio is None else _pct(s.keep_hit_ratio)
+    lines = [
+        f"  kept          {_bar(s.keep_bytes, s.keep_limit)}"
+        f"  {format_size(s.keep_bytes)} of {format_size(s.keep_limit)}",
+        f"    hit ratio   {ratio} of the bytes: {c.keep_hits} objects from disk, "
+        f"{c.keep_misses} downloaded, {c.keep_gets_saved} GETs saved"
+        + (f", {c.keep_refetched} kept copies failed their check" if c.keep_refetched else ""),
+    ]
+    for ep in s.keep_epochs:
+        epoch_ratio = "-" if ep.hit_ratio is None else _pct(ep.hit_ratio)
+        lines.append(
+            f"    epoch {ep.epoch:<5} {epoch_ratio:>4} hit  {ep.hits} objects "
+            f"({format_size(ep.hit_bytes)}) kept, {ep.misses} ({format_size(ep.miss_bytes)}) "
+            "downloaded"
+        )
+    return lines
 
 
 def _epochs(s: StatusRecord) -> list[str]:

@@ -74,6 +74,18 @@ class EpochStatus:
     eta_s: float | None = None
 
 
+@dataclass(frozen=True)
+class KeepEpoch:
+    """``download.keep``'s hits and misses in one epoch (objects and bytes)."""
+
+    epoch: int = 0
+    hits: int = 0
+    hit_bytes: int = 0
+    misses: int = 0
+    miss_bytes: int = 0
+    hit_ratio: float | None = None  # of the bytes; None before any
+
+
 def _nested(cls: type[Any], raw: Any) -> Any:
     return cls(**scalar_fields(cls, raw)) if isinstance(raw, Mapping) else None
 
@@ -106,6 +118,10 @@ class StatusRecord:
     window_bytes: int = 0
     window_fetching_bytes: int = 0
     window_limit: int = 0
+    keep_bytes: int = 0
+    keep_limit: int = 0
+    keep_hit_ratio: float | None = None
+    keep_epochs: tuple[KeepEpoch, ...] = ()
     ram_bytes: int = 0
     ram_budget: int = 0
     download_bytes_per_s: float = 0.0
@@ -131,6 +147,7 @@ class StatusRecord:
         }
         record.update(asdict(self.counts))
         record["epochs"] = [asdict(e) for e in self.epochs]
+        record["keep_epochs"] = [asdict(e) for e in self.keep_epochs]
         record["children"] = {name: asdict(c) for name, c in self.children.items()}
         record["last_errors"] = [asdict(e) for e in self.last_errors]
         record["bottleneck"] = self.bottleneck.to_json() if self.bottleneck else None
@@ -143,12 +160,14 @@ class StatusRecord:
             return None
         children = raw.get("children")
         epochs = raw.get("epochs")
+        keep_epochs = (_nested(KeepEpoch, x) for x in _list(raw.get("keep_epochs")))
         decoded = {
             "version": 0,  # records of daemons before STATUS_VERSION have no version key
             **scalar_fields(cls, raw),
             "epochs": tuple(
                 e for e in (_nested(EpochStatus, x) for x in _list(epochs)) if e is not None
             ),
+            "keep_epochs": tuple(e for e in keep_epochs if e is not None),
             "counts": Counts(**scalar_fields(Counts, raw)),
             "children": {
                 str(name): _nested(ChildStatus, child)
@@ -166,5 +185,7 @@ def _list(raw: Any) -> list[Any]:
     return raw if isinstance(raw, list) else []
 
 
-_STRUCTURED = frozenset({"counts", "epochs", "children", "last_errors", "bottleneck", "extra"})
+_STRUCTURED = frozenset(
+    {"counts", "epochs", "keep_epochs", "children", "last_errors", "bottleneck", "extra"}
+)
 _KNOWN = (field_names(StatusRecord) - {"counts", "extra"}) | field_names(Counts)

@@ -38,6 +38,7 @@ from prefetchd.supervise.child import child_main
 from prefetchd.supervise.child_report import ChildReport
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
+from prefetchd.supervise.keep_status import hit_ratio, keep_epochs
 from prefetchd.supervise.roles import ROLES
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
 from prefetchd.supervise.states import DAEMON, ChildState, DaemonState
@@ -402,6 +403,10 @@ class Supervisor:
             window_bytes=dl.window_bytes,
             window_fetching_bytes=dl.window_fetching_bytes,
             window_limit=self.config.download.window,
+            keep_bytes=dl.keep_bytes,
+            keep_limit=self.config.download.keep,
+            keep_hit_ratio=hit_ratio(counts.keep_hit_bytes, counts.keep_miss_bytes),
+            keep_epochs=keep_epochs(lay) if self.config.download.keep else (),
             ram_bytes=dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed),
             ram_budget=self.config.output.ram_budget,
             download_bytes_per_s=round(download_rate, 1),

@@ -68,6 +68,7 @@ class FaultProxy:
         self.upstream = (parsed.hostname or "127.0.0.1", parsed.port or 80)
         self.rules: list[Rule] = []
         self.requests: list[Request] = []
+        self.served: Counter[str] = Counter()
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
         self.server = _Server(("127.0.0.1", 0), _handler_for(self))
@@ -101,6 +102,15 @@ class FaultProxy:
     def gets(self, key: str = "") -> int:
         with self.lock:
             return sum(1 for r in self.requests if r.method == "GET" and key in r.key and r.key)
+
+    def count_served(self, key: str, size: int) -> None:
+        with self.lock:
+            self.served[key] += size
+
+    def bytes_served(self, key: str) -> int:
+        """Body bytes of successful GETs of ``key`` passed on (a fault may cut them short)."""
+        with self.lock:
+            return self.served[key]
 
     def faults_by_action(self) -> Counter[str]:
         with self.lock:
@@ -174,6 +184,8 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self._error(rule.status, rule.code, key)
                 return
             status, reason, headers, payload = self._forward(body)
+            if self.command == "GET" and not listing and status in (200, 206):
+                proxy.count_served(key, len(payload))
             if rule is None or status >= 300:
                 self._respond(status, reason, headers, payload)
             elif rule.action == "flip" and payload:

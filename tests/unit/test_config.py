@@ -47,6 +47,7 @@ epochs:
 download:
   cache_dir: /var/cache/prefetchd
   window: 16GiB                  # most bytes of raw objects on local disk at once
+  keep: 0                        # most bytes of raw objects kept on local disk across epochs
   concurrency: 32                # requests in flight
   part_size: 8MiB                # ranged GET size for large objects
   client: crt                    # crt (awscrt) where installed, else classic (boto3)
@@ -174,6 +175,10 @@ GOOD = [
     ("download", "window", "1.5GiB", 1536 * MiB),
     ("download", "window", "1GB", 10**9),
     ("download", "window", 4096 * 1024, 4 * MiB),
+    ("download", "keep", 0, 0),
+    ("download", "keep", "0", 0),
+    ("download", "keep", "200GiB", 200 * GiB),
+    ("download", "keep", "1.5TiB", 1536 * GiB),
     ("download", "concurrency", 1, 1),
     ("download", "concurrency", 1024, 1024),
     ("download", "part_size", "64KiB", 64 * 1024),
@@ -280,6 +285,11 @@ BAD = [
     ("download", "window", "512KiB"),
     ("download", "window", "2000TiB"),
     ("download", "window", None),
+    ("download", "keep", "200XB"),
+    ("download", "keep", -1),
+    ("download", "keep", True),
+    ("download", "keep", None),
+    ("download", "keep", "2000TiB"),
     ("download", "concurrency", 0),
     ("download", "concurrency", 1025),
     ("download", "concurrency", "32"),

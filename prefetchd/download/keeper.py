@@ -1,0 +1,231 @@
+"""The downloader's side of ``download.keep``: which objects to keep, whether a kept copy may
+stand in for a download, and the hit and miss figures.
+
+At start-up ``plan`` chooses the kept subset of this host's share (``keep.choose_kept``) and
+drops every entry of the store that is not in it (what another job, an overwritten object or a
+smaller ``keep`` left). Each later epoch ``refresh`` compares a new listing with the one the run
+started from: an object whose ETag or size changed, or that is gone, loses its kept copy and is
+downloaded as listed now. A hit is served only for the object as listed now (``usable``).
+
+Keeping stops for the rest of the run, counted and logged once, when the disk fills (ENOSPC) or
+would leave less room than the download window still needs: training goes on, downloading what
+was not kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefetchd.download.keep import choose_kept, keep_rank
+from prefetchd.download.kept import KeptStore, disk_full, free_bytes
+from prefetchd.download.order import SourceObject
+from prefetchd.download.share import ShareTable
+from prefetchd.layout import Layout, write_atomic
+from prefetchd.sizes import format_size
+from prefetchd.supervise.child_report import DownloaderCounters
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpochKeep:
+    """One epoch's hits and misses (objects and bytes), as ``epochs/<k>.keep.json`` holds."""
+
+    hits: int = 0
+    hit_bytes: int = 0
+    misses: int = 0
+    miss_bytes: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "hits": self.hits,
+            "hit_bytes": self.hit_bytes,
+            "misses": self.misses,
+            "miss_bytes": self.miss_bytes,
+        }
+
+
+def read_epoch_keep(path: Path) -> EpochKeep:
+    """The figures saved at ``path``; zeros if there are none (or they are unreadable)."""
+    try:
+        raw = json.loads(path.read_bytes())
+        return EpochKeep(*(int(raw[k]) for k in ("hits", "hit_bytes", "misses", "miss_bytes")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return EpochKeep()
+
+
+class Keeper:
+    """Policy, freshness and figures over one ``KeptStore``."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        bucket: str,
+        capacity: int,
+        part_size: int,
+        counters: DownloaderCounters,
+        free: Callable[[Path], int] = free_bytes,
+    ) -> None:
+        self.layout = layout
+        self.store = KeptStore(layout.cache_keep, bucket, capacity)
+        self.part_size = part_size
+        self.counters = counters
+        self.free = free
+        self.flags = bytearray()
+        self.wanted: set[str] = set()
+        self.overrides: dict[int, SourceObject] = {}  # row -> as listed now, if it changed
+        self.trusted = True  # False while the latest listing failed: no copy is confirmed
+        self.stopped: str | None = None
+        self.epochs: dict[int, EpochKeep] = {}
+        self.dirty: set[int] = set()
+
+    # --- start-up and listings ----------------------------------------------------------------
+
+    def plan(self, share: ShareTable) -> None:
+        """Choose the kept subset of ``share`` and drop every entry outside it."""
+        ranks, sizes = array("Q"), array("Q")
+        for obj in share if self.store.capacity else ():
+            ranks.append(keep_rank(obj.key))
+            sizes.append(obj.size)
+        self.flags = choose_kept(ranks, sizes, self.store.capacity)
+        for row, flag in enumerate(self.flags):
+            name = self.store.name_of(share[row]) if flag else None
+            if name is not None:
+                self.wanted.add(name)
+        self.store.load()
+        dropped = self.store.retain(self.wanted)
+        if not self.store.capacity:
+            if dropped:
+                log.info("download.keep is 0: dropped %d objects an earlier run kept", dropped)
+            return
+        log.info(
+            "download.keep: %d objects (%s) chosen to keep, %d already kept (%s)%s",
+            len(self.wanted),
+            format_size(sum(s for s, f in zip(sizes, self.flags, strict=True) if f)),
+            len(self.store.entries),
+            format_size(self.store.used),
+            f"; dropped {dropped} kept objects not chosen now" if dropped else "",
+        )
+        self._gauges()
+
+    def refresh(self, share: ShareTable, listing: ShareTable) -> None:
+        """Compare a new ``listing`` with ``share`` (both sorted by key): a kept object whose
+        ETag or size changed, or that is gone, loses its kept copy; changed ones are fetched
+        (and kept) as listed now."""
+        self.overrides.clear()
+        self.trusted = True
+        j = 0
+        for row in range(len(share)):
+            obj = share[row]
+            while j < len(listing) and listing[j].key < obj.key:
+                j += 1
+            now = listing[j] if j < len(listing) and listing[j].key == obj.key else None
+            if now == obj:
+                continue
+            self._changed(row, obj, now)
+
+    def _changed(self, row: int, was: SourceObject, now: SourceObject | None) -> None:
+        old = self.store.name_of(was)
+        if old is not None and self.store.has(old):
+            log.info(
+                "s3://%s/%s changed at the source; its kept copy is dropped",
+                self.store.bucket,
+                was.key,
+            )
+            self.store.drop(old)
+        self.wanted.discard(old or "")
+        if now is None:
+            return  # gone: fetched as listed at start, the store's 404 skips it
+        self.overrides[row] = now
+        new = self.store.name_of(now)
+        if self.flags[row] and new is not None:
+            self.wanted.add(new)
+
+    def current(self, row: int, obj: SourceObject) -> SourceObject:
+        """``obj`` (row ``row`` of the share) as the latest listing gave it."""
+        return self.overrides.get(row, obj)
+
+    # --- hits ---------------------------------------------------------------------------------
+
+    def usable(self, obj: SourceObject) -> str | None:
+        """The entry that may stand in for ``obj`` as listed now, if one is kept."""
+        name = self.store.name_of(obj)
+        return name if self.trusted and name is not None and self.store.has(name) else None
+
+    def wants(self, obj: SourceObject) -> bool:
+        """Whether ``obj`` as listed now is chosen to be kept and keeping goes on."""
+        return not self.stopped and self.store.name_of(obj) in self.wanted
+
+    def hand_over(self, name: str, obj: SourceObject, dest: Path) -> bool:
+        """Link the kept copy at ``dest``; False (counted, logged) if it failed its check."""
+        problem = self.store.hand_over(name, dest)
+        if problem is None:
+            return True
+        self.counters["keep_refetched"] += 1
+        log.warning("s3://%s/%s: %s; fetching it again", self.store.bucket, obj.key, problem)
+        self._gauges()
+        return False
+
+    def hit(self, epoch: int, obj: SourceObject) -> None:
+        figures = self._epoch(epoch)
+        figures.hits += 1
+        figures.hit_bytes += obj.size
+        self.counters["keep_hits"] += 1
+        self.counters["keep_hit_bytes"] += obj.size
+        self.counters["keep_gets_saved"] += max(1, -(-obj.size // self.part_size))
+
+    # --- misses -------------------------------------------------------------------------------
+
+    def downloaded(self, epoch: int, obj: SourceObject, path: Path, reserve: int) -> None:
+        """Count a miss; keep the verified download at ``path`` if it was chosen, unless the
+        disk would keep less than ``reserve`` bytes free (what the window may still need)."""
+        figures = self._epoch(epoch)
+        figures.misses += 1
+        figures.miss_bytes += obj.size
+        self.counters["keep_misses"] += 1
+        self.counters["keep_miss_bytes"] += obj.size
+        name = self.store.name_of(obj)
+        if self.stopped or name is None or name not in self.wanted or self.store.has(name):
+            return
+        try:
+            if self.free(self.layout.cache_keep) - obj.size < reserve:
+                self._stop(f"it would leave less than {format_size(reserve)} free for downloads")
+                return
+            self.store.add(name, obj, path)
+        except OSError as exc:
+            reason = "the disk is full" if disk_full(exc) else f"{exc.strerror}"
+            self._stop(f"{reason} ({self.layout.cache_keep})")
+        self._gauges()
+
+    def _stop(self, reason: str) -> None:
+        self.stopped = reason
+        self.counters["keep_stopped"] += 1
+        log.warning(
+            "download.keep: no longer keeping objects in this run: %s; %s stay kept",
+            reason,
+            format_size(self.store.used),
+        )
+
+    # --- figures ------------------------------------------------------------------------------
+
+    def _epoch(self, epoch: int) -> EpochKeep:
+        figures = self.epochs.get(epoch)
+        if figures is None:
+            figures = self.epochs[epoch] = read_epoch_keep(self.layout.keep_figures(epoch))
+        self.dirty.add(epoch)
+        return figures
+
+    def save(self) -> None:
+        """Write the figures of the epochs that changed since the last call (atomically)."""
+        for epoch in sorted(self.dirty):
+            data = json.dumps(self.epochs[epoch].to_json()).encode()
+            write_atomic(self.layout.keep_figures(epoch), data)
+        self.dirty.clear()
+
+    def _gauges(self) -> None:
+        self.counters["keep_bytes"] = self.store.used

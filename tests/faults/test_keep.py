@@ -1,0 +1,269 @@
+"""``download.keep`` against the real daemon and moto, through a proxy that counts the bytes each
+GET carried: what is kept is not fetched again, every record still arrives exactly once per
+epoch, and a kept copy stands in only while it is intact and the source object unchanged."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faultkit import SIZES, finish_reader, ids_of, read_status, start_reader, wait_status
+from faultproxy import FaultProxy
+
+from prefetchd.download.keep import hit_bound
+from testkit.sample_data import object_sizes, upload_dataset
+from testkit.trainers import delivered
+
+pytestmark = pytest.mark.e2e
+KIB, MIB = 1024, 1024**2
+
+
+@pytest.fixture
+def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(s3_endpoint) as p:
+        yield p
+
+
+def keep_config(
+    tmp_path: Path, write_config: Callable[..., Path], proxy: FaultProxy, **overrides: Any
+) -> Path:
+    settings = {"source__endpoint_url": proxy.url, "download__keep": "64MiB", **overrides}
+    return write_config(tmp_path, **settings)
+
+
+def run_to_end(config: Path, run_daemon: Callable[..., Any], tmp_path: Path, tag: str) -> Any:
+    """One ``prefetchd run`` with a trainer reading every epoch; the trainer's result."""
+    daemon = run_daemon(config)
+    # A trainer must not read the finished status an earlier run left (it would stop at once).
+    wait_status(config, lambda s: s.get("pid") == daemon.pid, 60, "the new daemon's status")
+    out = tmp_path / f"trainer-{tag}.json"
+    result = finish_reader(start_reader(config, out), out)
+    assert daemon.wait(120) == 0, daemon.output()
+    return result
+
+
+def served_once(proxy: FaultProxy, dataset: dict[str, Any]) -> dict[str, int]:
+    """Keys whose bytes did not cross the network exactly once: key -> bytes served."""
+    served = {key: proxy.bytes_served(key) for key in dataset["keys"]}
+    return {k: n for k, n in served.items() if n != dataset["sizes"][k]}
+
+
+def test_two_epochs_with_keep_above_the_share_fetch_each_object_once(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    dataset = upload("tfrecord", SIZES, seed=41)
+    config = keep_config(tmp_path, write_config, proxy, epochs__count=2)
+    result = run_to_end(config, run_daemon, tmp_path, "a")
+    for epoch in (0, 1):
+        assert delivered([result], epoch) == Counter(dataset["ids"]), f"epoch {epoch}"
+    # Each object's bytes crossed the network once over both epochs: epoch 1 sent no GET.
+    assert served_once(proxy, dataset) == {}
+    status = read_status(config)
+    assert status is not None
+    n = len(dataset["keys"])
+    assert (status["objects_downloaded"], status["keep_hits"]) == (n, n)
+    assert status["keep_bytes"] == dataset["bytes"]
+    by_epoch = {e["epoch"]: e for e in status["keep_epochs"]}
+    assert by_epoch[1]["misses"] == 0 and by_epoch[1]["hit_ratio"] == 1.0
+    assert status["keep_hit_ratio"] == 0.5  # one epoch downloaded, one from disk
+
+
+def test_keep_half_the_share_hits_at_least_its_share_of_bytes(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    sizes = object_sizes(40, 32 * KIB, 96 * KIB, seed=5)
+    dataset = upload_dataset(s3_client, bucket, "data/", kind="tfrecord", sizes=sizes, seed=42)
+    keep = dataset["bytes"] // 2
+    config = keep_config(tmp_path, write_config, proxy, epochs__count=3, download__keep=keep)
+    result = run_to_end(config, run_daemon, tmp_path, "a")
+    for epoch in (0, 1, 2):
+        assert delivered([result], epoch) == Counter(dataset["ids"]), f"epoch {epoch}"
+    status = read_status(config)
+    assert status is not None
+    by_epoch = {e["epoch"]: e for e in status["keep_epochs"]}
+    bound = hit_bound(keep, dataset["bytes"])
+    for epoch in (1, 2):
+        figures = by_epoch[epoch]
+        assert figures["hit_bytes"] + figures["miss_bytes"] == dataset["bytes"]
+        assert figures["hit_bytes"] / dataset["bytes"] >= bound, figures
+    assert 0 < status["keep_bytes"] <= keep
+    # What is kept was fetched once; the rest once per epoch.
+    fetched = sum(proxy.bytes_served(k) for k in dataset["keys"])
+    assert fetched == 3 * dataset["bytes"] - by_epoch[1]["hit_bytes"] - by_epoch[2]["hit_bytes"]
+
+
+def test_an_object_overwritten_at_the_source_is_fetched_again_with_its_new_records(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    """A new job on the same cache_dir reuses the kept copies, except of the one object whose
+    ETag changed since: that one is downloaded as it is now."""
+    dataset = upload("tfrecord", SIZES, seed=43)
+    config = keep_config(tmp_path, write_config, proxy, epochs__count=1)
+    run_to_end(config, run_daemon, tmp_path, "a")
+    changed = dataset["keys"][3]
+    old_ids = set(ids_of(s3_client, bucket, changed, tmp_path))
+    replacement = upload_dataset(
+        s3_client, bucket, "other/", kind="tfrecord", sizes=[50 * KIB], seed=44, first_id=10**6
+    )
+    body = s3_client.get_object(Bucket=bucket, Key=replacement["keys"][0])["Body"].read()
+    s3_client.put_object(Bucket=bucket, Key=changed, Body=body)
+    before = {k: proxy.bytes_served(k) for k in dataset["keys"]}
+
+    result = run_to_end(config, run_daemon, tmp_path, "b")  # same config: the job starts over
+    expected = Counter(i for i in dataset["ids"] if i not in old_ids) + Counter(replacement["ids"])
+    assert delivered([result], 0) == expected
+    again = {k: proxy.bytes_served(k) - before[k] for k in dataset["keys"]}
+    assert again == {k: (len(body) if k == changed else 0) for k in dataset["keys"]}
+    status = read_status(config)
+    assert status is not None and status["keep_hits"] == len(dataset["keys"]) - 1
+
+
+def test_a_kept_file_corrupted_on_disk_is_caught_and_fetched_again(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    dataset = upload("tfrecord", SIZES, seed=45)
+    config = keep_config(tmp_path, write_config, proxy, epochs__count=1)
+    run_to_end(config, run_daemon, tmp_path, "a")
+    victim = _kept_file_of(tmp_path, dataset["keys"][5])
+    with open(victim, "r+b") as f:  # same size, one byte different: only the CRC can tell
+        f.seek(os.path.getsize(victim) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+    result = run_to_end(config, run_daemon, tmp_path, "b")
+    assert delivered([result], 0) == Counter(dataset["ids"])
+    status = read_status(config)
+    assert status is not None
+    assert status["keep_refetched"] == 1
+    assert status["keep_hits"] == len(dataset["keys"]) - 1
+    key = dataset["keys"][5]
+    assert proxy.bytes_served(key) == 2 * dataset["sizes"][key]
+
+
+def test_the_kept_set_is_reused_after_the_daemon_is_sigkilled_between_epochs(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    dataset = upload("tfrecord", SIZES, seed=46)
+    config = keep_config(
+        tmp_path,
+        write_config,
+        proxy,
+        epochs__count=2,
+        download__window="2MiB",
+        output__shard_size="128KiB",
+        output__ram_budget="1MiB",
+    )
+    first = run_daemon(config)
+    out = tmp_path / "t.json"
+    reader = start_reader(config, out, "--delay", "0.2")
+    wait_status(config, lambda s: s.get("download_epoch") == 1, 90, "epoch 1 started")
+    first.kill_group(signal.SIGKILL)
+    first.proc.wait(30)
+    second = run_daemon(config)
+    result = finish_reader(reader, out)
+    assert second.wait(120) == 0, second.output()
+    for epoch in (0, 1):
+        assert delivered([result], epoch) == Counter(dataset["ids"]), f"epoch {epoch}"
+    assert served_once(proxy, dataset) == {}  # nothing kept was fetched again after the kill
+    status = read_status(config)
+    assert status is not None and status["keep_hits"] > 0  # served by the restarted daemon
+    assert "resuming the unfinished job" in second.output()
+
+
+def _kept_file_of(tmp_path: Path, key: str) -> Path:
+    keep = tmp_path / "cache" / "keep"
+    for meta in keep.glob("*.json"):
+        if json.loads(meta.read_text())["key"] == key:
+            return keep / meta.name.removesuffix(".json")
+    raise AssertionError(f"{key} is not kept")
+
+
+@pytest.fixture
+def small_tmpfs(ram_parent: Path) -> Iterator[Callable[[str], Path]]:
+    """``small_tmpfs("7m") -> Path``: a fresh tmpfs of that size; unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounts: list[Path] = []
+
+    def mount(size: str) -> Path:
+        point = Path(tempfile.mkdtemp(prefix=f"prefetchd-test-{os.getpid()}-fs-", dir=ram_parent))
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
+            check=True,
+            capture_output=True,
+        )
+        mounts.append(point)
+        return point
+
+    yield mount
+    for point in mounts:
+        if subprocess.run(["umount", str(point)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(point)], capture_output=True)
+        with contextlib.suppress(OSError):
+            point.rmdir()
+
+
+def test_a_disk_too_small_for_keep_stops_keeping_and_training_goes_on(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+    small_tmpfs: Callable[[str], Path],
+) -> None:
+    dataset = upload("tfrecord", SIZES, seed=47)  # 4.9 MiB
+    disk = small_tmpfs("5m")
+    config = keep_config(
+        tmp_path,
+        write_config,
+        proxy,
+        epochs__count=2,
+        download__cache_dir=disk / "cache",
+        download__window="2MiB",
+    )
+    daemon = run_daemon(config)
+    out = tmp_path / "trainer.json"
+    result = finish_reader(start_reader(config, out), out)
+    assert daemon.wait(120) == 0, daemon.output()
+    for epoch in (0, 1):
+        assert delivered([result], epoch) == Counter(dataset["ids"]), f"epoch {epoch}"
+    status = read_status(config)
+    assert status is not None
+    assert status["keep_stopped"] == 1
+    assert 0 < status["keep_bytes"] < dataset["bytes"]
+    assert status["keep_hits"] > 0  # what was kept before the disk filled is still used
+    logged = [ln for ln in daemon.output(limit=10**6).splitlines() if "no longer keeping" in ln]
+    assert len(logged) == 1, logged
