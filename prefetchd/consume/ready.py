@@ -67,7 +67,7 @@ def ready_files(
     ``{}`` to start one) and delivery is exactly once relative to it (see ``ReadyFiles``);
     without one, a trainer that dies gets at-least-once (its unread claims go to others).
     """
-    cfg = config if isinstance(config, Config) else load_config(config)
+    cfg = config if isinstance(config, Config) else load_config(config, trainer=True)
     count = cfg.epochs.count
     if epoch is not None and (epoch < 0 or (count is not None and epoch >= count)):
         raise ValueError(f"epoch {epoch} is not one of this job's epochs (epochs.count={count})")
@@ -143,23 +143,30 @@ class ReadyFiles(Iterator[str]):
         self._epoch = first
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
+        self.keep_at_end = False  # True: the shards stay until release() (read-ahead callers)
         self._stream = self._run()
 
     def __next__(self) -> str:
         return next(self._stream)
 
-    def position(self) -> dict[str, Any]:
-        """A small JSON-able state to save with the trainer's checkpoint (resumable streams)."""
+    def position(self, *, unfinished: int = 0) -> dict[str, Any]:
+        """A small JSON-able state to save with the trainer's checkpoint (resumable streams).
+
+        ``unfinished``: the last that many paths yielded are still being read; the position does
+        not cover them (they come again after a crash) and the next one may.
+        """
         if not self._resumable:
             raise ValueError("position() needs a resumable stream: ready_files(..., position={})")
         self._free(self._covered)
-        self._covered, self._since = self._since, []
+        cut = len(self._since) - max(0, min(unfinished, len(self._since)))
+        self._covered, self._since = self._since[:cut], self._since[cut:]
         # Shards the saved position covered that have not come back yet (their dead owner's
         # claims are returned about once a second) stay covered by this one too.
         covered = [claim[1] for claim in map(parse_claim_name, self._covered) if claim]
         consumed = covered + sorted(self._skip)
         # A retained shard of an earlier epoch may come back after a crash: resume from there.
-        epochs = [p[0] for p in map(parse_shard_name, consumed) if p is not None]
+        reading = [claim[1] for claim in map(parse_claim_name, self._since) if claim]
+        epochs = [p[0] for p in map(parse_shard_name, consumed + reading) if p is not None]
         return Position(min([self._epoch, *epochs]), frozenset(consumed)).to_json()
 
     def _free(self, claimed: list[str]) -> None:
@@ -207,7 +214,13 @@ class ReadyFiles(Iterator[str]):
                         arrivals.read(_POLL)
         finally:
             releaser.end_wait(waiting)
-        # Exhausted: every shard was consumed, none needs to be kept for a restart.
+        # Exhausted: every shard was consumed, none needs to be kept for a restart (unless the
+        # caller still reads them: then it calls release() once they are finished).
+        if not self.keep_at_end:
+            self.release()
+
+    def release(self) -> None:
+        """Free every shard this stream still keeps: all of them are finished."""
         self._free(self._covered + self._since)
         self._covered, self._since = [], []
 

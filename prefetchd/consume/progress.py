@@ -1,0 +1,195 @@
+"""Where a training run stands in prefetchd's stream, to the record: ``TrainingPosition``.
+
+A position saved by ``ready_files(...).position()`` counts whole shards handed out. A
+``tf.data`` pipeline reads ahead of the model (interleave, batch, prefetch), so a shard handed
+out is not yet trained on; covering it in a checkpoint would lose its unread records after a
+crash. ``TrainingPosition`` therefore counts what the model *finished*: the trainer reports
+trained records (``trained(n)``, after each step), and the position it returns covers only the
+shards whose records were all trained, plus, for the one shard being trained, how many of its
+records (in file order) to skip when it comes back. Shards are read one after the other in the
+order they were handed out, so "the first n records handed out" is well defined.
+
+Saved form (JSON), a ``ready_files`` position with one more key::
+
+    {"version": 1, "epoch": 1, "consumed": ["e000001-w00-c000003.tfrecord", ...],
+     "records": {"e000001-w00-c000004.tfrecord": 17}}
+
+Resumed from it, a trainer gets every record of this host's share of the epoch that the saved
+run had not trained on, exactly once, and none it had (see docs/keras.md for the bound when the
+model checkpoint and the position are not saved at the same step).
+
+This module imports no framework; ``prefetchd.tf`` and ``prefetchd.keras`` build on it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefetchd.config import Config
+from prefetchd.consume.ready import ReadyFiles, parse_position, ready_files
+from prefetchd.layout import parse_shard_name, write_atomic
+from prefetchd.tfrecord import index_records, read_records
+
+log = logging.getLogger(__name__)
+
+
+def count_records(path: str) -> int:
+    """How many records the TFRecord shard at ``path`` holds (``.gz``: gzip-compressed)."""
+    if path.endswith(".gz"):
+        count = 0
+        with gzip.open(path, "rb") as stream:
+            for _ in read_records(stream):  # type: ignore[arg-type]
+                count += 1
+        return count
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return len(index_records(fd, os.fstat(fd).st_size))
+    finally:
+        os.close(fd)
+
+
+def parse_training_position(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Split a saved position into its ``ready_files`` part and its per-shard record counts;
+    raises ``ValueError`` naming what is wrong."""
+    base = {k: v for k, v in raw.items() if k != "records"}
+    parse_position(base)
+    records = raw.get("records", {})
+    if not isinstance(records, Mapping) or not all(
+        isinstance(name, str)
+        and parse_shard_name(name) is not None
+        and isinstance(n, int)
+        and not isinstance(n, bool)
+        and n >= 0
+        for name, n in records.items()
+    ):
+        raise ValueError("position: records must map shard names to record counts")
+    return base, dict(records)
+
+
+@dataclass
+class _Shard:
+    """A shard handed to the pipeline: its name, records in it, records trained so far."""
+
+    name: str
+    total: int
+    done: int
+
+
+class TrainingPosition:
+    """The trainer's place in the stream, counted in records the model finished.
+
+    Use one per training run: ``files(config, epoch)`` for each epoch's pipeline (in epoch
+    order), ``trained(n)`` after every step with the number of records it trained on,
+    ``epoch_done(k)`` once epoch k was trained to its end, and ``to_json()`` to save with the
+    model's checkpoint (then save the model first: see docs/keras.md).
+    """
+
+    def __init__(self, saved: Mapping[str, Any] | None = None) -> None:
+        base, records = parse_training_position(saved or {})
+        self._base = parse_position(base).to_json()
+        self._skip = records  # shard -> records trained before the saved position
+        self._stream: ReadyFiles | None = None
+        self._reading: deque[_Shard] = deque()  # handed out, not all trained, in order
+
+    @property
+    def epoch(self) -> int:
+        """The first epoch this position may still have to deliver records of."""
+        return int(self._base["epoch"])
+
+    def files(
+        self, config: Config, epoch: int, *, timeout: float | None = None
+    ) -> Iterator[tuple[str, int]]:
+        """Epoch ``epoch``'s shards as ``(path, records to skip)``, resuming from this position.
+
+        Epochs before ``epoch`` that the position has not finished are taken as trained
+        (the model's checkpoint says it is at ``epoch``): their returned shards are freed.
+        """
+        self._finish_earlier(config, epoch)
+        stream = ready_files(config, epoch=epoch, timeout=timeout, position=self._base)
+        stream.keep_at_end = True  # the pipeline still reads the last shards when it ends
+        self._close_stream()
+        self._stream = stream
+        for path in stream:
+            name = os.path.basename(path).partition("-")[2]
+            skip = self._skip.pop(name, 0)
+            self._reading.append(_Shard(name, count_records(path), skip))
+            yield path, skip
+
+    def trained(self, records: int) -> None:
+        """The model finished ``records`` more records (in the order they were handed out)."""
+        while records > 0 and self._reading:
+            head = self._reading[0]
+            step = min(records, head.total - head.done)
+            head.done += step
+            records -= step
+            if head.done >= head.total:
+                self._reading.popleft()
+        self._drop_empty()
+
+    def epoch_done(self, epoch: int) -> None:
+        """Every record of ``epoch`` was trained on: the position moves to the next epoch."""
+        if self._stream is not None:
+            self._stream.release()
+        self._stream = None
+        self._reading.clear()
+        self._skip = {n: k for n, k in self._skip.items() if _epoch_of(n) > epoch}
+        self._base = {"version": self._base["version"], "epoch": epoch + 1, "consumed": []}
+
+    def to_json(self) -> dict[str, Any]:
+        """The position to save now: JSON-able, small (one entry per shard in flight)."""
+        self._drop_empty()
+        if self._stream is not None:
+            self._base = self._stream.position(unfinished=len(self._reading))
+        records = dict(self._skip)
+        for shard in self._reading:
+            if shard.done:
+                records[shard.name] = shard.done
+        return {**self._base, "records": records}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``to_json()`` to ``path`` atomically (durable before it returns)."""
+        data = json.dumps(self.to_json(), sort_keys=True).encode()
+        write_atomic(Path(path), data, fsync=True)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TrainingPosition:
+        """The position saved at ``path``, or the start if there is none yet."""
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls()
+        except ValueError as exc:
+            raise ValueError(f"{path}: not a saved prefetchd position: {exc}") from None
+        try:
+            return cls(raw)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+    def _drop_empty(self) -> None:
+        """Shards with nothing left to train (empty ones, or all skipped) are finished."""
+        while self._reading and self._reading[0].done >= self._reading[0].total:
+            self._reading.popleft()
+
+    def _close_stream(self) -> None:
+        if self._stream is not None and not self._reading:
+            self._stream.release()
+
+    def _finish_earlier(self, config: Config, epoch: int) -> None:
+        """Consume what is left of epochs before ``epoch``: the model already trained them."""
+        for earlier in range(self.epoch, epoch):
+            for _ in ready_files(config, epoch=earlier, position=self._base):
+                pass  # returned shards of a trained epoch: the exhausted stream frees them
+            self.epoch_done(earlier)
+
+
+def _epoch_of(name: str) -> int:
+    parsed = parse_shard_name(name)
+    return parsed[0] if parsed is not None else -1
