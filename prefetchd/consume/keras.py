@@ -10,6 +10,7 @@ and the same callback, continues the epoch where the saved model left it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from typing import Any
@@ -71,6 +72,7 @@ class PositionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch = epoch
         self._batches = 0
+        _forget_inferred_epoch_length()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         # With steps_per_execution > 1 Keras reports only every few batches.
@@ -83,6 +85,37 @@ class PositionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]
                 self._unsaved = 0
                 self.position.save(self.path)
 
+    def on_train_end(self, logs: Any = None) -> None:
+        # fit returned normally: every record it was given was trained on.
+        self.position.finish()
+
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self.position.epoch_done(epoch)
-        self.position.save(self.path)
+        # Like BackupAndRestore and ModelCheckpoint: with a number of batches as save_freq,
+        # the end of an epoch is no checkpoint (and the batch count runs on across epochs).
+        if self.save_freq == "epoch":
+            self.position.save(self.path)
+
+
+def _forget_inferred_epoch_length() -> None:
+    """Make Keras run this epoch to the dataset's end instead of the first epoch's length.
+
+    For a dataset of unknown length, Keras 3's ``fit`` takes the number of batches of the first
+    epoch it ran as every later epoch's length and stops them there. After a resume the first
+    epoch is the rest of an interrupted one, so every later epoch would stop short and its
+    other records would never be trained (seen with Keras 3.15). ``fit`` keeps that length on
+    its local ``epoch_iterator`` and offers no public way to reset it, so it is reset here,
+    before the epoch's iteration starts. If Keras changes, ``TrainingPosition.epoch_done``
+    still refuses an epoch that ended early, so records are never lost silently.
+    """
+    frame = inspect.currentframe()
+    for _ in range(8):  # on_epoch_begin <- CallbackList.on_epoch_begin <- fit
+        frame = frame.f_back if frame is not None else None
+        if frame is None:
+            return
+        epoch_iterator = frame.f_locals.get("epoch_iterator")
+        adapter = getattr(epoch_iterator, "data_adapter", None)
+        if epoch_iterator is not None and adapter is not None:
+            if adapter.num_batches is None:  # unknown length: the count was inferred
+                epoch_iterator._num_batches = None
+            return

@@ -97,7 +97,10 @@ class TrainingPosition:
         self._base = parse_position(base).to_json()
         self._skip = records  # shard -> records trained before the saved position
         self._stream: ReadyFiles | None = None
+        self._exhausted = False  # whether _stream ended (its epoch has nothing more)
         self._reading: deque[_Shard] = deque()  # handed out, not all trained, in order
+        self._ended: list[ReadyFiles] = []  # streams of epochs trained since the last save
+        self._ended_saved: list[ReadyFiles] = []  # ... and of those before it
 
     @property
     def epoch(self) -> int:
@@ -115,13 +118,16 @@ class TrainingPosition:
         self._finish_earlier(config, epoch)
         stream = ready_files(config, epoch=epoch, timeout=timeout, position=self._base)
         stream.keep_at_end = True  # the pipeline still reads the last shards when it ends
-        self._close_stream()
+        if self._stream is not None:
+            self._abandon(self._stream)
         self._stream = stream
+        self._exhausted = False
         for path in stream:
             name = os.path.basename(path).partition("-")[2]
             skip = self._skip.pop(name, 0)
             self._reading.append(_Shard(name, count_records(path), skip))
             yield path, skip
+        self._exhausted = True
 
     def trained(self, records: int) -> None:
         """The model finished ``records`` more records (in the order they were handed out)."""
@@ -135,17 +141,38 @@ class TrainingPosition:
         self._drop_empty()
 
     def epoch_done(self, epoch: int) -> None:
-        """Every record of ``epoch`` was trained on: the position moves to the next epoch."""
+        """Every record of ``epoch`` was trained on: the position moves to the next epoch.
+
+        Raises ``RuntimeError`` if the epoch's stream had not ended: the trainer stopped the
+        epoch early (e.g. a fixed ``steps_per_epoch``) and its other records would be lost.
+        """
+        if self._stream is not None and not self._exhausted:
+            raise RuntimeError(
+                f"epoch {epoch} was ended before its last record: train each prefetchd epoch "
+                "to its end (no steps_per_epoch); its other records would never be trained"
+            )
+        # Its shards stay on the RAM disk until a position past the epoch was certainly saved
+        # (the one after the next): the model's checkpoint may still be from inside it.
         if self._stream is not None:
-            self._stream.release()
+            self._ended.append(self._stream)
         self._stream = None
         self._reading.clear()
         self._skip = {n: k for n, k in self._skip.items() if _epoch_of(n) > epoch}
         self._base = {"version": self._base["version"], "epoch": epoch + 1, "consumed": []}
 
+    def finish(self) -> None:
+        """Training is over: free every shard still kept for a restart."""
+        for stream in [*self._ended_saved, *self._ended, *filter(None, [self._stream])]:
+            stream.release()
+        self._ended_saved, self._ended, self._stream = [], [], None
+        self._reading.clear()
+
     def to_json(self) -> dict[str, Any]:
         """The position to save now: JSON-able, small (one entry per shard in flight)."""
         self._drop_empty()
+        for stream in self._ended_saved:
+            stream.release()
+        self._ended_saved, self._ended = self._ended, []
         if self._stream is not None:
             self._base = self._stream.position(unfinished=len(self._reading))
         records = dict(self._skip)
@@ -173,14 +200,22 @@ class TrainingPosition:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
 
+    def _abandon(self, stream: ReadyFiles) -> None:
+        """An iteration given up before its epoch's end (Keras draws one batch from a throwaway
+        iterator to build a distributed model): what it trained stays covered, its unfinished
+        shards go back to ``ready/`` for the next iteration, skipping what was trained."""
+        self._base = stream.position(unfinished=len(self._reading))
+        for shard in self._reading:
+            if shard.done:
+                self._skip[shard.name] = shard.done
+        self._reading.clear()
+        stream.give_back()
+        self._ended.append(stream)
+
     def _drop_empty(self) -> None:
         """Shards with nothing left to train (empty ones, or all skipped) are finished."""
         while self._reading and self._reading[0].done >= self._reading[0].total:
             self._reading.popleft()
-
-    def _close_stream(self) -> None:
-        if self._stream is not None and not self._reading:
-            self._stream.release()
 
     def _finish_earlier(self, config: Config, epoch: int) -> None:
         """Consume what is left of epochs before ``epoch``: the model already trained them."""

@@ -219,6 +219,17 @@ class ReadyFiles(Iterator[str]):
         if not self.keep_at_end:
             self.release()
 
+    def give_back(self) -> None:
+        """Return the shards yielded since the last ``position()`` to ``ready/`` unread, for
+        another stream (this one was abandoned before they were finished)."""
+        for claimed in self._since:
+            self._releaser.untrack(claimed)
+            shard = parse_claim_name(claimed)
+            with contextlib.suppress(FileNotFoundError):
+                if shard is not None:
+                    os.rename(self._layout.ram_claimed / claimed, self._layout.ram_ready / shard[1])
+        self._since = []
+
     def release(self) -> None:
         """Free every shard this stream still keeps: all of them are finished."""
         self._free(self._covered + self._since)
