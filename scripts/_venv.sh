@@ -15,6 +15,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PREFETCHD_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 EXTRAS="${PREFETCHD_EXTRAS:-dev,tf,crt}"
+# The tf extra names no TensorFlow package (it must not replace a user's GPU build); with tf in
+# EXTRAS the CPU build the tests use is installed explicitly, unless a TensorFlow is there.
+TF_PACKAGE="${PREFETCHD_TF_PACKAGE:-tensorflow-cpu>=2.15}"
 
 say() {
     printf '\n==> %s\n' "$*"
@@ -23,7 +26,7 @@ say() {
 _venv_stamp() {
     {
         cat "$ROOT/pyproject.toml"
-        printf 'extras=%s\nroot=%s\n' "$EXTRAS" "$ROOT"
+        printf 'extras=%s\nroot=%s\ntf=%s\n' "$EXTRAS" "$ROOT" "$TF_PACKAGE"
         "$PY" -c 'import sys; print(sys.version)'
     } | sha256sum | cut -d' ' -f1
 }
@@ -60,7 +63,15 @@ fi
 if [ "$_venv_want" != "$_venv_have" ] || ! _venv_has_checkout; then
     say "installing prefetchd[$EXTRAS] into $VENV (first run: several minutes)"
     rm -f "$VENV/.installed"
-    PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off -e "${ROOT}[${EXTRAS}]"
+    _venv_tf=()
+    case ",$EXTRAS," in
+        *,tf,*)
+            if ! "$PY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("tensorflow") is None)'; then
+                _venv_tf=("$TF_PACKAGE")
+            fi
+            ;;
+    esac
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off -e "${ROOT}[${EXTRAS}]" "${_venv_tf[@]}"
     printf '%s\n' "$_venv_want" >"$VENV/.installed"
 else
     echo "using $VENV (prefetchd[$EXTRAS] already installed for this pyproject.toml)"
@@ -68,4 +79,4 @@ fi
 
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
-unset _venv_python _venv_want _venv_have
+unset _venv_python _venv_want _venv_have _venv_tf

@@ -12,6 +12,7 @@ the model's train_step got), and ``{"epoch": e, "saved": true}`` after each chec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -82,6 +83,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--save-freq", type=int, default=3)
     parser.add_argument("--die-at", default=None)
+    parser.add_argument("--mirrored", action="store_true", help="under a MirroredStrategy")
     args = parser.parse_args()
     die_at = tuple(map(int, args.die_at.split(":"))) if args.die_at else None
     resume = prefetchd.keras.PositionCheckpoint(
@@ -97,7 +99,8 @@ def main() -> int:
         return tf.reshape(value, (1,)), tf.reshape(value, (1,))
 
     data = resume.dataset().map(example).batch(BATCH)
-    with open(args.out, "a", encoding="utf-8") as log:
+    scope = tf.distribute.MirroredStrategy().scope() if args.mirrored else contextlib.nullcontext()
+    with open(args.out, "a", encoding="utf-8") as log, scope:
         model = Logged(log)
         model(tf.zeros((1, 1)))  # builds its variables (BackupAndRestore needs a built model)
         model.compile(optimizer="sgd", loss="mse", run_eagerly=True)

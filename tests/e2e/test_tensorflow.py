@@ -138,3 +138,26 @@ def test_keras_fit_killed_mid_epoch_resumes_from_its_checkpoint_exactly_once(
     assert lost_with_the_kill, "the kill came right at a checkpoint: nothing to train again"
     again = {rid for line in after if line.get("epoch") == 1 for rid in line.get("ids", [])}
     assert lost_with_the_kill <= again
+
+
+def test_keras_fit_under_a_strategy_loses_nothing_to_the_batch_keras_draws_to_build(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Keras draws one batch from a throwaway iterator under a strategy: its shards must come
+    back to the stream, not be freed untrained."""
+    dataset = upload("tfrecord", SMALL, seed=9)
+    config = write_config(tmp_path, epochs__count=2, output__shard_size="64KiB")
+    daemon = run_daemon(config)
+    out = tmp_path / "fit.jsonl"
+    args = (str(tmp_path / "ckpt"), "--epochs", "2", "--mirrored")
+    trainer = start_trainer("tests.e2e.keras_trainer", config, out, *args)
+    assert trainer.wait(300) == 0, f"the trainer failed: {log_tail(out)}"
+    assert daemon.wait(120) == 0, daemon.output()
+    lines = keras_lines(out)
+    for epoch in range(2):
+        mine = [line.get("ids", []) for line in lines if line.get("epoch") == epoch]
+        trained = Counter(r for ids in mine for r in ids)
+        assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"
