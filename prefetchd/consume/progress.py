@@ -185,6 +185,11 @@ class TrainingPosition:
         """Write ``to_json()`` to ``path`` atomically (durable before it returns)."""
         data = json.dumps(self.to_json(), sort_keys=True).encode()
         write_atomic(Path(path), data, fsync=True)
+        # Saved: the epochs it moved past need their shards no longer (the model's checkpoint,
+        # saved first, is past them too).
+        for stream in self._ended_saved:
+            stream.release()
+        self._ended_saved = []
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TrainingPosition:
