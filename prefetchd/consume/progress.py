@@ -27,6 +27,7 @@ import gzip
 import json
 import logging
 import os
+import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -101,6 +102,9 @@ class TrainingPosition:
         self._reading: deque[_Shard] = deque()  # handed out, not all trained, in order
         self._ended: list[ReadyFiles] = []  # streams of epochs trained since the last save
         self._ended_saved: list[ReadyFiles] = []  # ... and of those before it
+        self._finished = 0  # shards all trained since the last position (_stream's order)
+        # files() runs in tf.data's thread, trained() and to_json() in the trainer's.
+        self._lock = threading.Lock()
 
     @property
     def epoch(self) -> int:
@@ -122,23 +126,25 @@ class TrainingPosition:
             self._abandon(self._stream)
         self._stream = stream
         self._exhausted = False
+        self._finished = 0
         for path in stream:
             name = os.path.basename(path).partition("-")[2]
-            skip = self._skip.pop(name, 0)
-            self._reading.append(_Shard(name, count_records(path), skip))
+            total = count_records(path)
+            with self._lock:
+                skip = self._skip.pop(name, 0)
+                self._reading.append(_Shard(name, total, skip))
             yield path, skip
         self._exhausted = True
 
     def trained(self, records: int) -> None:
         """The model finished ``records`` more records (in the order they were handed out)."""
-        while records > 0 and self._reading:
-            head = self._reading[0]
-            step = min(records, head.total - head.done)
-            head.done += step
-            records -= step
-            if head.done >= head.total:
-                self._reading.popleft()
-        self._drop_empty()
+        with self._lock:
+            while records > 0 and self._reading:
+                head = self._reading[0]
+                step = min(records, head.total - head.done)
+                head.done += step
+                records -= step
+                self._drop_empty()
 
     def epoch_done(self, epoch: int) -> None:
         """Every record of ``epoch`` was trained on: the position moves to the next epoch.
@@ -156,7 +162,9 @@ class TrainingPosition:
         if self._stream is not None:
             self._ended.append(self._stream)
         self._stream = None
-        self._reading.clear()
+        with self._lock:
+            self._reading.clear()
+            self._finished = 0
         self._skip = {n: k for n, k in self._skip.items() if _epoch_of(n) > epoch}
         self._base = {"version": self._base["version"], "epoch": epoch + 1, "consumed": []}
 
@@ -165,20 +173,22 @@ class TrainingPosition:
         for stream in [*self._ended_saved, *self._ended, *filter(None, [self._stream])]:
             stream.release()
         self._ended_saved, self._ended, self._stream = [], [], None
-        self._reading.clear()
+        with self._lock:
+            self._reading.clear()
+            self._finished = 0
 
     def to_json(self) -> dict[str, Any]:
         """The position to save now: JSON-able, small (one entry per shard in flight)."""
-        self._drop_empty()
         for stream in self._ended_saved:
             stream.release()
         self._ended_saved, self._ended = self._ended, []
+        with self._lock:
+            self._drop_empty()
+            finished, self._finished = self._finished, 0
+            records = dict(self._skip)
+            records.update((s.name, s.done) for s in self._reading if s.done)
         if self._stream is not None:
-            self._base = self._stream.position(unfinished=len(self._reading))
-        records = dict(self._skip)
-        for shard in self._reading:
-            if shard.done:
-                records[shard.name] = shard.done
+            self._base = self._stream.position(finished=finished)
         return {**self._base, "records": records}
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -209,18 +219,20 @@ class TrainingPosition:
         """An iteration given up before its epoch's end (Keras draws one batch from a throwaway
         iterator to build a distributed model): what it trained stays covered, its unfinished
         shards go back to ``ready/`` for the next iteration, skipping what was trained."""
-        self._base = stream.position(unfinished=len(self._reading))
-        for shard in self._reading:
-            if shard.done:
-                self._skip[shard.name] = shard.done
-        self._reading.clear()
+        with self._lock:
+            self._drop_empty()
+            finished, self._finished = self._finished, 0
+            self._skip.update((s.name, s.done) for s in self._reading if s.done)
+            self._reading.clear()
+        self._base = stream.position(finished=finished)
         stream.give_back()
         self._ended.append(stream)
 
     def _drop_empty(self) -> None:
-        """Shards with nothing left to train (empty ones, or all skipped) are finished."""
+        """Shards at the head with nothing left to train are finished (called with _lock)."""
         while self._reading and self._reading[0].done >= self._reading[0].total:
             self._reading.popleft()
+            self._finished += 1
 
     def _finish_earlier(self, config: Config, epoch: int) -> None:
         """Consume what is left of epochs before ``epoch``: the model already trained them."""

@@ -144,21 +144,27 @@ class ReadyFiles(Iterator[str]):
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
         self.keep_at_end = False  # True: the shards stay until release() (read-ahead callers)
+        self._lock = threading.Lock()  # _covered and _since, for a position() from another thread
         self._stream = self._run()
 
     def __next__(self) -> str:
         return next(self._stream)
 
-    def position(self, *, unfinished: int = 0) -> dict[str, Any]:
+    def position(self, *, finished: int | None = None) -> dict[str, Any]:
         """A small JSON-able state to save with the trainer's checkpoint (resumable streams).
 
-        ``unfinished``: the last that many paths yielded are still being read; the position does
-        not cover them (they come again after a crash) and the next one may.
+        ``finished``: cover only the first that many paths yielded since the last position();
+        the others are still being read (they come again after a crash; a later position may
+        cover them). May be called from another thread than the one iterating.
         """
         if not self._resumable:
             raise ValueError("position() needs a resumable stream: ready_files(..., position={})")
+        with self._lock:
+            return self._position(len(self._since) if finished is None else finished)
+
+    def _position(self, finished: int) -> dict[str, Any]:
         self._free(self._covered)
-        cut = len(self._since) - max(0, min(unfinished, len(self._since)))
+        cut = max(0, min(finished, len(self._since)))
         self._covered, self._since = self._since[:cut], self._since[cut:]
         # Shards the saved position covered that have not come back yet (their dead owner's
         # claims are returned about once a second) stay covered by this one too.
@@ -194,7 +200,8 @@ class ReadyFiles(Iterator[str]):
                             last_shard = time.monotonic()
                             waiting = releaser.end_wait(waiting, claimed=1)
                             if self._resumable:
-                                self._since.append(claimed)
+                                with self._lock:
+                                    self._since.append(claimed)
                             yield str(layout.ram_claimed / claimed)
                             continue
                         if self._epoch_over(k, prefix, releaser.owner):
@@ -222,18 +229,20 @@ class ReadyFiles(Iterator[str]):
     def give_back(self) -> None:
         """Return the shards yielded since the last ``position()`` to ``ready/`` unread, for
         another stream (this one was abandoned before they were finished)."""
-        for claimed in self._since:
+        with self._lock:
+            since, self._since = self._since, []
+        for claimed in since:
             self._releaser.untrack(claimed)
             shard = parse_claim_name(claimed)
             with contextlib.suppress(FileNotFoundError):
                 if shard is not None:
                     os.rename(self._layout.ram_claimed / claimed, self._layout.ram_ready / shard[1])
-        self._since = []
 
     def release(self) -> None:
         """Free every shard this stream still keeps: all of them are finished."""
-        self._free(self._covered + self._since)
-        self._covered, self._since = [], []
+        with self._lock:
+            kept, self._covered, self._since = self._covered + self._since, [], []
+        self._free(kept)
 
     def _retention_hint(self) -> str:
         """Why a resumable stream may starve: the shards it keeps fill the RAM budget."""
