@@ -90,6 +90,8 @@ class PositionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]
         self.position.finish()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self.position.reading and getattr(self.model, "stop_training", False):
+            return  # a callback stopped training mid-epoch: the epoch is not done
         self.position.epoch_done(epoch)
         # Like BackupAndRestore and ModelCheckpoint: with a number of batches as save_freq,
         # the end of an epoch is no checkpoint (and the batch count runs on across epochs).

@@ -168,8 +168,17 @@ class TrainingPosition:
         self._skip = {n: k for n, k in self._skip.items() if _epoch_of(n) > epoch}
         self._base = {"version": self._base["version"], "epoch": epoch + 1, "consumed": []}
 
+    @property
+    def reading(self) -> bool:
+        """Whether an epoch's stream is open and has not ended yet."""
+        return self._stream is not None and not self._exhausted
+
     def finish(self) -> None:
-        """Training is over: free every shard still kept for a restart."""
+        """Training is over: free every shard still kept for a restart. Shards of an epoch
+        stopped early that were not all trained go back to ``ready/`` instead."""
+        if self._stream is not None and not self._exhausted:
+            self._abandon(self._stream)
+            self._stream = None
         for stream in [*self._ended_saved, *self._ended, *filter(None, [self._stream])]:
             stream.release()
         self._ended_saved, self._ended, self._stream = [], [], None

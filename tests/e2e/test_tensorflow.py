@@ -161,3 +161,26 @@ def test_keras_fit_under_a_strategy_loses_nothing_to_the_batch_keras_draws_to_bu
         mine = [line.get("ids", []) for line in lines if line.get("epoch") == epoch]
         trained = Counter(r for ids in mine for r in ids)
         assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"
+
+
+def test_keras_fit_trains_one_prefetchd_epoch_per_keras_epoch_with_endless_epochs(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """``epochs.count: null``: the daemon goes on producing epochs; ``fit(epochs=2)`` trains
+    epochs 0 and 1, each exactly once, and returns."""
+    dataset = upload("tfrecord", SMALL, seed=19)
+    config = write_config(tmp_path, epochs__count=None, output__shard_size="64KiB")
+    run_daemon(config)
+    out = tmp_path / "fit.jsonl"
+    args = (str(tmp_path / "ckpt"), "--epochs", "2")
+    trainer = start_trainer("tests.e2e.keras_trainer", config, out, *args)
+    assert trainer.wait(300) == 0, f"the trainer failed: {log_tail(out)}"
+    lines = keras_lines(out)
+    assert {line["epoch"] for line in lines} == {0, 1}
+    for epoch in range(2):
+        mine = [line.get("ids", []) for line in lines if line.get("epoch") == epoch]
+        trained = Counter(r for ids in mine for r in ids)
+        assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"

@@ -116,3 +116,16 @@ def test_a_saved_position_that_is_not_json_names_the_file(tmp_path: Path) -> Non
     path.write_text("{not json")
     with pytest.raises(ValueError, match=str(path)):
         TrainingPosition.load(path)
+
+
+def test_training_stopped_mid_epoch_gives_untrained_shards_back(config: Config) -> None:
+    layout = Layout.of(config)
+    names = [publish(config, 0, counter, 2) for counter in range(3)]
+    position = TrainingPosition({})
+    files = position.files(config, 0, timeout=5)
+    next(files), next(files)  # read ahead by the pipeline
+    position.trained(3)  # the first shard and half of the second
+    assert position.reading
+    position.finish()
+    assert sorted(os.listdir(layout.ram_ready)) == names[1:], "untrained shards not given back"
+    assert not os.listdir(layout.ram_claimed), "a trained shard was kept"
