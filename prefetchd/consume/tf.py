@@ -83,6 +83,11 @@ def dataset(
     """
     cfg = config if isinstance(config, Config) else load_config(config, trainer=True)
     if position is not None:
+        if not isinstance(position, TrainingPosition):
+            raise TypeError(
+                "position: expected a prefetchd.tf.TrainingPosition (TrainingPosition.load(path) "
+                f"or TrainingPosition(saved)), got {type(position).__name__}"
+            )
         if epoch is None:
             raise ValueError("dataset(position=...) needs epoch=k: positions are kept per epoch")
         k = epoch

@@ -129,3 +129,12 @@ def test_training_stopped_mid_epoch_gives_untrained_shards_back(config: Config) 
     position.finish()
     assert sorted(os.listdir(layout.ram_ready)) == names[1:], "untrained shards not given back"
     assert not os.listdir(layout.ram_claimed), "a trained shard was kept"
+
+
+def test_dataset_takes_a_training_position_and_an_epoch(config: Config) -> None:
+    import prefetchd.tf
+
+    with pytest.raises(TypeError, match="TrainingPosition"):
+        prefetchd.tf.dataset(config, epoch=0, position={})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs epoch"):
+        prefetchd.tf.dataset(config, position=TrainingPosition())
