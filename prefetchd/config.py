@@ -165,8 +165,13 @@ def _reject_duplicates(node: yaml.Node | None, path: str = "") -> None:
         _reject_duplicates(value_node, dotted)
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read, parse and validate a YAML config file."""
+def load_config(path: str | os.PathLike[str], *, trainer: bool = False) -> Config:
+    """Read, parse and validate a YAML config file.
+
+    ``trainer=True`` loads it for the trainer side, which never shards: ``sharding.num_workers:
+    auto`` is then not resolved from ``TF_CONFIG`` (the daemon alone does that), and the
+    config's ``sharding`` is left at one worker.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -185,15 +190,16 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
     try:
-        return config_from_dict(data, base_dir=path.resolve().parent, path=path)
+        return config_from_dict(data, base_dir=path.resolve().parent, path=path, trainer=trainer)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
 
 
 def config_from_dict(
-    data: object, *, base_dir: Path | None = None, path: Path | None = None
+    data: object, *, base_dir: Path | None = None, path: Path | None = None, trainer: bool = False
 ) -> Config:
-    """Validate an already-parsed mapping. Relative paths are taken from ``base_dir``."""
+    """Validate an already-parsed mapping. Relative paths are taken from ``base_dir``;
+    ``trainer`` as for ``load_config``."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -225,7 +231,7 @@ def config_from_dict(
         sections[name] = cls(**values)
     if "source" not in data:
         raise ConfigError("source.url is required")
-    sharding = _resolve_sharding(data.get("sharding") or {})
+    sharding = _resolve_sharding(data.get("sharding") or {}, trainer=trainer)
     config = Config(**{**sections, "sharding": sharding}, path=path)
     _check_cross_fields(config)
     return config
@@ -424,7 +430,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
 }
 
 
-def _resolve_sharding(raw: Mapping[str, Any]) -> ShardingConfig:
+def _resolve_sharding(raw: Mapping[str, Any], *, trainer: bool = False) -> ShardingConfig:
     num = raw.get("num_workers", 1)
     if num == "auto":
         if "worker_index" in raw:
@@ -432,6 +438,10 @@ def _resolve_sharding(raw: Mapping[str, Any]) -> ShardingConfig:
                 "sharding.worker_index must not be set when sharding.num_workers is auto "
                 "(it comes from TF_CONFIG)"
             )
+        if trainer:
+            # A trainer process reads only its own host's shards; its TF_CONFIG (if any) is
+            # tf.distribute's business, not ours.
+            return ShardingConfig()
         return ShardingConfig(*workers_from_tf_config(os.environ.get("TF_CONFIG")))
     index = raw.get("worker_index", 0)
     if index >= num:

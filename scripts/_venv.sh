@@ -20,6 +20,9 @@ VENV="${PREFETCHD_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 EXTRAS="${PREFETCHD_EXTRAS:-dev,tf,crt,torch}"
 TORCH_PIN="torch==2.13.0"
+# The tf extra names no TensorFlow package (it must not replace a user's GPU build); with tf in
+# EXTRAS the CPU build the tests use is installed explicitly, unless a TensorFlow is there.
+TF_PACKAGE="${PREFETCHD_TF_PACKAGE:-tensorflow-cpu>=2.15}"
 
 say() {
     printf '\n==> %s\n' "$*"
@@ -28,7 +31,7 @@ say() {
 _venv_stamp() {
     {
         cat "$ROOT/pyproject.toml"
-        printf 'extras=%s\nroot=%s\ntorch=%s\n' "$EXTRAS" "$ROOT" "$TORCH_PIN"
+        printf 'extras=%s\nroot=%s\ntorch=%s\ntf=%s\n' "$EXTRAS" "$ROOT" "$TORCH_PIN" "$TF_PACKAGE"
         "$PY" -c 'import sys; print(sys.version)'
     } | sha256sum | cut -d' ' -f1
 }
@@ -70,7 +73,15 @@ if [ "$_venv_want" != "$_venv_have" ] || ! _venv_has_checkout; then
         PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off "$TORCH_PIN"
         ;;
     esac
-    PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off -e "${ROOT}[${EXTRAS}]"
+    _venv_tf=()
+    case ",$EXTRAS," in
+    *,tf,*)
+        if ! "$PY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("tensorflow") is None)'; then
+            _venv_tf=("$TF_PACKAGE")
+        fi
+        ;;
+    esac
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off -e "${ROOT}[${EXTRAS}]" "${_venv_tf[@]}"
     printf '%s\n' "$_venv_want" >"$VENV/.installed"
 else
     echo "using $VENV (prefetchd[$EXTRAS] already installed for this pyproject.toml)"
@@ -78,4 +89,4 @@ fi
 
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
-unset _venv_python _venv_want _venv_have
+unset _venv_python _venv_want _venv_have _venv_tf

@@ -68,7 +68,7 @@ def ready_files(
     ``{}`` to start one) and delivery is exactly once relative to it (see ``ReadyFiles``);
     without one, a trainer that dies gets at-least-once (its unread claims go to others).
     """
-    cfg = config if isinstance(config, Config) else load_config(config)
+    cfg = config if isinstance(config, Config) else load_config(config, trainer=True)
     count = cfg.epochs.count
     if epoch is not None and (epoch < 0 or (count is not None and epoch >= count)):
         raise ValueError(f"epoch {epoch} is not one of this job's epochs (epochs.count={count})")
@@ -145,29 +145,40 @@ class ReadyFiles(Iterator[str]):
         self._epoch = first
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
+        self.keep_at_end = False  # True: the shards stay until release() (read-ahead callers)
+        self._lock = threading.Lock()  # _covered and _since, for a position() from another thread
         self._stream = self._run()
 
     def __next__(self) -> str:
         return next(self._stream)
 
-    def position(self, *, unfinished: int = 0) -> dict[str, Any]:
+    def position(self, *, finished: int | None = None, unfinished: int = 0) -> dict[str, Any]:
         """A small JSON-able state to save with the trainer's checkpoint (resumable streams).
 
-        ``unfinished``: the last that many paths yielded are still being read; the position
-        does not cover them (a resumed stream delivers them again) and they stay on the RAM
-        disk until a later position covers them (``prefetchd.records`` uses it mid-shard).
+        ``finished``: cover only the first that many paths yielded since the last position();
+        ``unfinished``: the last that many paths yielded are still being read (``records()``
+        uses it mid-shard). Paths not covered come again after a crash, stay on the RAM disk
+        until a later position covers them. May be called from another thread than the one
+        iterating.
         """
         if not self._resumable:
             raise ValueError("position() needs a resumable stream: ready_files(..., position={})")
+        with self._lock:
+            if finished is None:
+                finished = len(self._since) - max(unfinished, 0)
+            return self._position(finished)
+
+    def _position(self, finished: int) -> dict[str, Any]:
         self._free(self._covered)
-        done = len(self._since) - min(max(unfinished, 0), len(self._since))
-        self._covered, self._since = self._since[:done], self._since[done:]
+        cut = max(0, min(finished, len(self._since)))
+        self._covered, self._since = self._since[:cut], self._since[cut:]
         # Shards the saved position covered that have not come back yet (their dead owner's
         # claims are returned about once a second) stay covered by this one too.
         covered = [claim[1] for claim in map(parse_claim_name, self._covered) if claim]
         consumed = covered + sorted(self._skip)
         # A retained shard of an earlier epoch may come back after a crash: resume from there.
-        epochs = [p[0] for p in map(parse_shard_name, consumed) if p is not None]
+        reading = [claim[1] for claim in map(parse_claim_name, self._since) if claim]
+        epochs = [p[0] for p in map(parse_shard_name, consumed + reading) if p is not None]
         return Position(min([self._epoch, *epochs]), frozenset(consumed)).to_json()
 
     def _free(self, claimed: list[str]) -> None:
@@ -195,7 +206,8 @@ class ReadyFiles(Iterator[str]):
                             last_shard = time.monotonic()
                             waiting = releaser.end_wait(waiting, claimed=1)
                             if self._resumable:
-                                self._since.append(claimed)
+                                with self._lock:
+                                    self._since.append(claimed)
                             yield str(layout.ram_claimed / claimed)
                             continue
                         if self._epoch_over(k, prefix, releaser.owner):
@@ -215,9 +227,28 @@ class ReadyFiles(Iterator[str]):
                         arrivals.read(_POLL)
         finally:
             releaser.end_wait(waiting)
-        # Exhausted: every shard was consumed, none needs to be kept for a restart.
-        self._free(self._covered + self._since)
-        self._covered, self._since = [], []
+        # Exhausted: every shard was consumed, none needs to be kept for a restart (unless the
+        # caller still reads them: then it calls release() once they are finished).
+        if not self.keep_at_end:
+            self.release()
+
+    def give_back(self) -> None:
+        """Return the shards yielded since the last ``position()`` to ``ready/`` unread, for
+        another stream (this one was abandoned before they were finished)."""
+        with self._lock:
+            since, self._since = self._since, []
+        for claimed in since:
+            self._releaser.untrack(claimed)
+            shard = parse_claim_name(claimed)
+            with contextlib.suppress(FileNotFoundError):
+                if shard is not None:
+                    os.rename(self._layout.ram_claimed / claimed, self._layout.ram_ready / shard[1])
+
+    def release(self) -> None:
+        """Free every shard this stream still keeps: all of them are finished."""
+        with self._lock:
+            kept, self._covered, self._since = self._covered + self._since, [], []
+        self._free(kept)
 
     def _retention_hint(self) -> str:
         """Why a resumable stream may starve: the shards it keeps fill the RAM budget."""

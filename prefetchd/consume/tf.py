@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
 
 from prefetchd.config import Config, load_config
+from prefetchd.consume.progress import TrainingPosition
 from prefetchd.consume.ready import ready_files
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ def dataset(
     *,
     epoch: int | None = None,
     timeout: float | None = None,
+    position: TrainingPosition | None = None,
     cycle_length: int = 4,
     block_length: int = 1,
     buffer_size: int | None = None,
@@ -57,6 +60,16 @@ def dataset(
     with 64 KiB records, handing every record across a prefetch thread cost the trainer
     ~0.2 CPU-s/GiB of thread wake-ups (python -m bench.profile_trainer); per batch it is noise.
 
+    tf.distribute's auto-sharding is turned off (``AutoShardPolicy.OFF``): the daemon already
+    gives each host its own share and ``ready_files()`` each process its own shards, so
+    ``strategy.experimental_distribute_dataset`` must not shard again (with its default policy
+    it silently dropped more than half of every worker's records).
+
+    ``position`` (a ``TrainingPosition``, with ``epoch`` given) makes the stream resumable to
+    the record: shards are then read one after the other, the first records of a shard the
+    position says were trained are skipped, and the trainer reports trained records to the
+    position (``prefetchd.keras.PositionCheckpoint`` does that for Keras).
+
     ``buffer_size`` is each reader's read buffer in bytes; ``None`` keeps TensorFlow's default
     (256 KiB). Shards are on a RAM disk, so a larger buffer saves no I/O, and one of several MiB
     costs the trainer the kernel's time: reading a GiB through 8 MiB buffers took three times
@@ -68,9 +81,20 @@ def dataset(
     fill, and the writers could never publish the shard the generator waits for (a deadlock
     seen with TF 2.21). Reading stays in C++ either way.
     """
-    cfg = config if isinstance(config, Config) else load_config(config)
+    cfg = config if isinstance(config, Config) else load_config(config, trainer=True)
+    if position is not None:
+        if not isinstance(position, TrainingPosition):
+            raise TypeError(
+                "position: expected a prefetchd.tf.TrainingPosition (TrainingPosition.load(path) "
+                f"or TrainingPosition(saved)), got {type(position).__name__}"
+            )
+        if epoch is None:
+            raise ValueError("dataset(position=...) needs epoch=k: positions are kept per epoch")
+        k = epoch
+        return resumable_dataset(
+            cfg, lambda: position.files(cfg, k, timeout=timeout), buffer_size=buffer_size
+        )
     cycle_length = safe_cycle_length(cfg, cycle_length)
-    compression = "GZIP" if cfg.output.compression == "gzip" else ""
 
     def paths() -> Any:
         yield from ready_files(cfg, epoch=epoch, timeout=timeout)
@@ -78,10 +102,47 @@ def dataset(
     files = tf.data.Dataset.from_generator(
         paths, output_signature=tf.TensorSpec(shape=(), dtype=tf.string)
     )
-    return files.interleave(
+    records = files.interleave(
         lambda path: tf.data.TFRecordDataset(
-            path, compression_type=compression, buffer_size=buffer_size
+            path, compression_type=_compression(cfg), buffer_size=buffer_size
         ),
         cycle_length=cycle_length,
         block_length=block_length,
     )
+    return records.with_options(_no_auto_shard())
+
+
+def resumable_dataset(
+    config: Config,
+    files: Callable[[], Iterator[tuple[str, int]]],
+    *,
+    buffer_size: int | None = None,
+) -> Any:
+    """Records of the shards ``files()`` yields as ``(path, records to skip)``, one shard after
+    the other in that order (so the records trained can be counted back to shards); a new
+    ``files()`` each time the dataset is iterated."""
+    shards = tf.data.Dataset.from_generator(
+        files,
+        output_signature=(
+            tf.TensorSpec(shape=(), dtype=tf.string),
+            tf.TensorSpec(shape=(), dtype=tf.int64),
+        ),
+    )
+    compression = _compression(config)
+    records = shards.flat_map(
+        lambda path, skip: tf.data.TFRecordDataset(
+            path, compression_type=compression, buffer_size=buffer_size
+        ).skip(skip)
+    )
+    return records.with_options(_no_auto_shard())
+
+
+def _compression(config: Config) -> str:
+    return "GZIP" if config.output.compression == "gzip" else ""
+
+
+def _no_auto_shard() -> Any:
+    """Options that keep tf.distribute from sharding prefetchd's already-sharded stream."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return options

@@ -1,0 +1,186 @@
+"""TensorFlow as users write it, against the real daemon and moto: multi-worker
+``experimental_distribute_dataset``, Keras ``fit`` with resume after SIGKILL, and trainers that
+have no TF_CONFIG."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testkit.trainers import ROOT, finish_trainer, log_tail, start_trainer
+
+pytestmark = pytest.mark.e2e
+
+SMALL = [3 * 1024, 9 * 1024, 17 * 1024, 30 * 1024, 5 * 1024, 12 * 1024, 24 * 1024, 7 * 1024]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` free ports of this engineer's range on 127.0.0.1 (for tf.distribute's servers)."""
+    ports = []
+    for port in range(24100, 24999):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == n:
+            return ports
+    pytest.fail("no free ports in 24100-24999")
+
+
+def tf_config(ports: list[int], index: int) -> str:
+    workers = [f"127.0.0.1:{p}" for p in ports]
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+def test_ready_files_needs_no_tf_config_with_num_workers_auto(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Regression: the trainer raised ConfigError for `num_workers: auto` without TF_CONFIG."""
+    dataset = upload("tfrecord", SMALL, seed=3)
+    config = write_config(tmp_path, epochs__count=1, sharding={"num_workers": "auto"})
+    run_daemon(config, env={"TF_CONFIG": tf_config([24001], 0)})  # one worker: every record
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    out = tmp_path / "c.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.consume", str(config), str(out)],
+        stderr=open(out.with_suffix(".log"), "wb"),  # noqa: SIM115 (closed with the process)
+        cwd=ROOT,
+        env=env,
+    )
+    result = finish_trainer(proc, out, timeout=240)
+    assert Counter(rid for _, rid in result["records"]) == Counter(dataset["ids"])
+
+
+def test_two_workers_with_multi_worker_mirrored_strategy_train_on_every_record_once(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Regression: TF's default auto-shard policy sharded each host's share again, and 185 of
+    319 records never reached the model. Hosts' shares differ in size: the worker that runs out
+    first must neither hang the other nor make it drop records."""
+    dataset = upload("tfrecord", SMALL * 2, seed=5)
+    ports = free_ports(2)
+    trainers = []
+    for index in range(2):
+        config = write_config(
+            tmp_path / f"host{index}",
+            epochs__count=1,
+            output__shard_size="64KiB",
+            sharding={"num_workers": "auto"},
+        )
+        env = {"TF_CONFIG": tf_config(ports, index)}
+        run_daemon(config, env=env)
+        out = tmp_path / f"worker{index}.json"
+        trainers.append((start_trainer("tests.e2e.multiworker", config, out, env=env), out))
+    results = [finish_trainer(proc, out, timeout=300) for proc, out in trainers]
+    seen = Counter(rid for r in results for _, rid in r["records"])
+    assert seen == Counter(dataset["ids"]), "records lost or trained twice across the workers"
+    assert all(r["records"] for r in results), "one worker got no share"
+    assert results[0]["steps"] == results[1]["steps"], "the workers ran different step counts"
+    assert results[0]["global"] == len(dataset["ids"])
+
+
+def keras_lines(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+def trained_before_last_checkpoint(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The batch lines up to the last checkpoint mark: what the saved model had trained on."""
+    marks = [i for i, line in enumerate(lines) if line.get("saved")]
+    return lines[: marks[-1]] if marks else []
+
+
+def test_keras_fit_killed_mid_epoch_resumes_from_its_checkpoint_exactly_once(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    dataset = upload("tfrecord", SMALL * 2, seed=7)
+    config = write_config(tmp_path, epochs__count=3, output__shard_size="64KiB")
+    daemon = run_daemon(config)
+    out, checkpoints = tmp_path / "fit.jsonl", tmp_path / "ckpt"
+    args = (str(checkpoints), "--epochs", "3", "--save-freq", "3")
+    first = start_trainer("tests.e2e.keras_trainer", config, out, *args, "--die-at", "1:7")
+    assert first.wait(300) == -9, f"the trainer was not killed: {log_tail(out)}"
+    before = keras_lines(out)
+    killed_in = {line["epoch"] for line in before if "ids" in line}
+    assert killed_in == {0, 1}, "the kill did not happen in epoch 1"
+    out.rename(tmp_path / "fit-first.jsonl")
+    second = start_trainer("tests.e2e.keras_trainer", config, out, *args)
+    assert second.wait(300) == 0, f"the restarted trainer failed: {log_tail(out)}"
+    assert daemon.wait(120) == 0, daemon.output()
+    after = keras_lines(out)
+    kept = trained_before_last_checkpoint(before)
+    redo = before[len(kept) :]
+    for epoch in range(3):
+        lines = [line for line in kept + after if line.get("epoch") == epoch]
+        trained = Counter(rid for line in lines for rid in line.get("ids", []))
+        assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"
+    # Trained after the last checkpoint, so not in the saved model: these must come again.
+    lost_with_the_kill = {rid for line in redo for rid in line.get("ids", [])}
+    assert lost_with_the_kill, "the kill came right at a checkpoint: nothing to train again"
+    again = {rid for line in after if line.get("epoch") == 1 for rid in line.get("ids", [])}
+    assert lost_with_the_kill <= again
+
+
+def test_keras_fit_under_a_strategy_loses_nothing_to_the_batch_keras_draws_to_build(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Keras draws one batch from a throwaway iterator under a strategy: its shards must come
+    back to the stream, not be freed untrained."""
+    dataset = upload("tfrecord", SMALL, seed=9)
+    config = write_config(tmp_path, epochs__count=2, output__shard_size="64KiB")
+    daemon = run_daemon(config)
+    out = tmp_path / "fit.jsonl"
+    args = (str(tmp_path / "ckpt"), "--epochs", "2", "--mirrored")
+    trainer = start_trainer("tests.e2e.keras_trainer", config, out, *args)
+    assert trainer.wait(300) == 0, f"the trainer failed: {log_tail(out)}"
+    assert daemon.wait(120) == 0, daemon.output()
+    lines = keras_lines(out)
+    for epoch in range(2):
+        mine = [line.get("ids", []) for line in lines if line.get("epoch") == epoch]
+        trained = Counter(r for ids in mine for r in ids)
+        assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"
+
+
+def test_keras_fit_trains_one_prefetchd_epoch_per_keras_epoch_with_endless_epochs(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """``epochs.count: null``: the daemon goes on producing epochs; ``fit(epochs=2)`` trains
+    epochs 0 and 1, each exactly once, and returns."""
+    dataset = upload("tfrecord", SMALL, seed=19)
+    config = write_config(tmp_path, epochs__count=None, output__shard_size="64KiB")
+    run_daemon(config)
+    out = tmp_path / "fit.jsonl"
+    args = (str(tmp_path / "ckpt"), "--epochs", "2")
+    trainer = start_trainer("tests.e2e.keras_trainer", config, out, *args)
+    assert trainer.wait(300) == 0, f"the trainer failed: {log_tail(out)}"
+    lines = keras_lines(out)
+    assert {line["epoch"] for line in lines} == {0, 1}
+    for epoch in range(2):
+        mine = [line.get("ids", []) for line in lines if line.get("epoch") == epoch]
+        trained = Counter(r for ids in mine for r in ids)
+        assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"
