@@ -79,7 +79,8 @@ class ChildContext:
         record = report_json(
             name=self.name,
             pid=os.getpid(),
-            heartbeat=time.time(),
+            heartbeat=time.time(),  # for people
+            beat=time.monotonic(),  # for the heartbeat check (see ChildReport.beat)
             ready=self.ready,
             counters=self.counters,
             last_errors=self.last_errors,

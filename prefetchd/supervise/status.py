@@ -112,13 +112,18 @@ class ConsumerWaits:
     carried: float = 0.0
 
     def update(self, reports: Mapping[str, ConsumerReport], now: float) -> tuple[float, int, int]:
-        """``(total wait seconds, trainers alive, trainers waiting now)``."""
+        """``(total wait seconds, trainers alive, trainers waiting now)``; ``now`` is
+        time.monotonic() (a trainer from before ``waiting_since_monotonic`` is aged by the
+        wall clock)."""
         current: dict[str, float] = {}
         waiting = 0
         for owner, report in reports.items():
             wait = report.wait_s
-            if report.waiting_since is not None:
-                wait += max(0.0, now - report.waiting_since)
+            if report.waiting_since_monotonic is not None:
+                wait += max(0.0, now - report.waiting_since_monotonic)
+                waiting += 1
+            elif report.waiting_since is not None:
+                wait += max(0.0, time.time() - report.waiting_since)
                 waiting += 1
             current[owner] = max(wait, self.last.get(owner, 0.0))
         for owner, wait in self.last.items():
@@ -182,7 +187,7 @@ def is_running(status: StatusRecord | None) -> bool:
     if status is None or status.state in (DaemonState.DONE, DaemonState.FAILED):
         return False
     pid = status.pid
-    fresh = time.time() - status.updated < HEARTBEAT_STALE
+    fresh = status.age() < HEARTBEAT_STALE
     return fresh and pid > 0 and _pid_exists(pid) and pid != os.getpid()
 
 
