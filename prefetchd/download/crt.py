@@ -64,6 +64,7 @@ from prefetchd.download.store import make_client
 from prefetchd.download.verify import IntegrityError, Verifier, settle
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
+from prefetchd.logs import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +105,15 @@ def endpoint_for(bucket: str, endpoint_url: str | None, resolved_url: str) -> En
     botocore resolved for the region (AWS: virtual-hosted when the bucket name allows it)."""
     url = urlsplit(endpoint_url or resolved_url)
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise ConfigError(f"source.endpoint_url: {url.geturl()!r} is not an http(s) URL")
+        raise ConfigError(
+            f"source.endpoint_url: {redact_url(url.geturl())!r} is not an http(s) URL"
+        )
     try:
         url.port  # noqa: B018 -- raises ValueError on a bad port
     except ValueError:
-        raise ConfigError(f"source.endpoint_url: {url.geturl()!r} has an invalid port") from None
+        raise ConfigError(
+            f"source.endpoint_url: {redact_url(url.geturl())!r} has an invalid port"
+        ) from None
     host = url.netloc.rpartition("@")[2]  # keeps [v6] brackets and :port
     prefix = url.path.rstrip("/")
     aws = endpoint_url is None and url.hostname.endswith((".amazonaws.com", ".amazonaws.com.cn"))

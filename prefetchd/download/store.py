@@ -25,6 +25,7 @@ import botocore.exceptions
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import SourceObject, in_share, matcher
 from prefetchd.errors import RuntimeFailure
+from prefetchd.logs import escape_key, redact
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +114,15 @@ def classify(exc: BaseException) -> Fault:
 
 
 def describe(exc: BaseException) -> str:
-    """A one-line description of an S3 error that never includes credentials."""
+    """A one-line description of an S3 error that never includes credentials (botocore and
+    awscrt messages quote endpoint and proxy URLs: their user-info is masked)."""
     if isinstance(exc, botocore.exceptions.ClientError):
         err = exc.response.get("Error", {})
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
-        return f"{err.get('Code', 'error')} (HTTP {status}): {err.get('Message', '')}".strip()
-    if isinstance(exc, botocore.exceptions.BotoCoreError):
-        return f"{type(exc).__name__}: {exc}"
-    return f"{type(exc).__name__}: {exc}"
+        text = f"{err.get('Code', 'error')} (HTTP {status}): {err.get('Message', '')}".strip()
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return escape_key(redact(text))
 
 
 def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
@@ -135,7 +137,7 @@ def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return RuntimeFailure("no AWS credentials found (environment, profile or instance role)")
     if isinstance(exc, botocore.exceptions.EndpointConnectionError):
-        return RuntimeFailure(f"cannot reach the object store: {exc}")
+        return RuntimeFailure(f"cannot reach the object store: {redact(str(exc))}")
     return RuntimeFailure(f"cannot list {config.source.url}: {describe(exc)}")
 
 

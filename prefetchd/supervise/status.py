@@ -19,6 +19,7 @@ from typing import Any
 from prefetchd.consume.report import ConsumerReport
 from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import Layout
+from prefetchd.logs import escape_key
 from prefetchd.sizes import format_size
 from prefetchd.supervise.child_report import ChildReport, Counts
 from prefetchd.supervise.states import DaemonState
@@ -239,7 +240,7 @@ def _bar(used: float, limit: float, width: int = BAR_WIDTH) -> str:
 def _safe(text: object, limit: int = MAX_TEXT) -> str:
     """One printable line: object keys and error messages may hold newlines, escapes or
     right-to-left overrides that would garble (or forge lines of) a terminal."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    out = escape_key(str(text))
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
