@@ -37,6 +37,7 @@ from prefetchd.download.store import (
     bucket_readable,
     classify,
     describe,
+    is_throttling,
     list_share,
     make_client,
 )
@@ -407,7 +408,7 @@ class Downloader:
             self._skip(job, "overwritten after it was listed (412); skipped for this epoch")
         elif fault is Fault.PERMANENT:
             self._skip(job, f"{describe(error)}; retrying cannot help: skipped for this epoch")
-        elif self._given_up(job):
+        elif fault is Fault.TRANSIENT and self._given_up(job, error):
             self._skip(
                 job,
                 f"failed {job.faults} times while other objects downloaded "
@@ -438,14 +439,19 @@ class Downloader:
         self.counters["retries"] += 1
         self._retry(job, delay=delay, count_attempt=False)
 
-    def _given_up(self, job: Job) -> bool:
-        """Whether ``job`` failed ``download.retries`` times while other objects downloaded
-        between its failures: the store works, this object does not, and waiting for it would
-        hold the epoch open for ever. A store that is down for everyone is paused for."""
+    def _given_up(self, job: Job, error: BaseException) -> bool:
+        """Whether ``job`` has failed more than ``download.retries`` times while the store
+        demonstrably worked (another object downloaded since its previous failure, or the
+        bucket still lists): the store works, this object does not, and waiting for it would
+        hold the epoch open for ever. Throttling, a full cache disk and a store down for
+        everyone only pause."""
+        if is_throttling(error) or (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+            return False
         published = self.counters["objects_downloaded"]
-        if 0 <= job.published_at_fault < published:
-            job.faults += 1
+        others_done = 0 <= job.published_at_fault < published
         job.published_at_fault = published
+        if others_done or self._bucket_readable():
+            job.faults += 1
         return job.faults > self.config.download.retries
 
     def _bucket_readable(self) -> bool:

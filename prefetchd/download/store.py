@@ -145,6 +145,18 @@ def _classify_code(code: str, status: int) -> Fault:
     return Fault.PERMANENT  # 416 InvalidRange, 400 InvalidArgument, 403 InvalidObjectState...
 
 
+_THROTTLING = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
+
+
+def is_throttling(exc: BaseException) -> bool:
+    """Whether the store asked us to slow down (or is unavailable for everyone: 503, 429):
+    never a sign that one object is broken."""
+    if not isinstance(exc, botocore.exceptions.ClientError):
+        return False
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    return code in _THROTTLING or http_status(exc) in (429, 503)
+
+
 def http_status(exc: BaseException) -> int | None:
     """The HTTP status of a store error, if it came with one."""
     if not isinstance(exc, botocore.exceptions.ClientError):

@@ -88,6 +88,43 @@ def test_416_and_403_on_one_object_are_skipped_counted_and_the_epoch_ends(
     assert proxy.gets(refused) <= 3, "a permanent error is not retried"
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+def test_one_object_failing_for_ever_while_the_store_works_is_given_up(
+    client: str,
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    """A 500 on every GET of one object while the bucket lists and the others download: after
+    ``download.retries`` such failures it is skipped, counted, logged once; the epoch ends
+    instead of pausing for ever."""
+    dataset = upload("tfrecord", SIZES, seed=25)
+    victim = dataset["keys"][4]
+    lost = ids_of(s3_client, bucket, victim, tmp_path)
+    proxy.add(Rule("error", key=victim, status=500, code="InternalError", times=None))
+    config = write_config(
+        tmp_path,
+        source__endpoint_url=proxy.url,
+        epochs__count=1,
+        download__client=client,
+        download__retries=1,
+    )
+    daemon = run_daemon(config)
+    out = tmp_path / "trainer.json"
+    result = finish_reader(start_reader(config, out), out)
+    assert daemon.wait(120) == 0, daemon.output()
+
+    assert delivered([result]) == Counter(dataset["ids"]) - Counter(lost)
+    status = read_status(config)
+    assert status is not None and status["objects_skipped"] == 1
+    (line,) = skip_lines(daemon, victim)
+    assert "failed 2 times while other objects downloaded" in line, line
+
+
 def cache_bytes(layout: Layout) -> int:
     """Bytes of raw objects in cache_dir: in flight (pre-sized), ready and claimed."""
     total = 0

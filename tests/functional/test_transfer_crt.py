@@ -416,7 +416,8 @@ def test_aws_buckets_are_virtual_hosted_unless_dotted() -> None:
     [
         (404, None, Fault.GONE),
         (412, None, Fault.CHANGED),
-        (403, None, Fault.DENIED),
+        (403, None, Fault.FORBIDDEN),  # the downloader asks the bucket: skip or pause
+        (416, None, Fault.PERMANENT),
         (503, b"<Error><Code>SlowDown</Code><Message>Reduce</Message></Error>", Fault.TRANSIENT),
         (500, None, Fault.TRANSIENT),
         (403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>", Fault.DENIED),

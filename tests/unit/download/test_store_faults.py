@@ -8,7 +8,7 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
-from prefetchd.download.store import Fault, classify, http_status
+from prefetchd.download.store import Fault, classify, http_status, is_throttling
 from prefetchd.download.verify import SizeChanged, stored_size
 
 
@@ -75,3 +75,22 @@ def test_size_changed_names_both_sizes() -> None:
     error = SizeChanged(2048, 24_117_248)
     assert (error.listed, error.actual) == (2048, 24_117_248)
     assert "24117248" in str(error) and "2048" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "throttled"),
+    [
+        (503, "SlowDown", True),
+        (503, "ServiceUnavailable", True),
+        (429, "TooManyRequests", True),
+        (400, "ThrottlingException", True),
+        (500, "InternalError", False),
+        (502, "BadGateway", False),
+    ],
+)
+def test_throttling_never_counts_against_one_object(
+    status: int, code: str, throttled: bool
+) -> None:
+    """An object is given up only for failures of its own, never for the store asking
+    everyone to slow down."""
+    assert is_throttling(client_error(status, code)) is throttled
