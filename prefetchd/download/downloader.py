@@ -411,7 +411,7 @@ class Downloader:
         elif fault is Fault.TRANSIENT and self._given_up(job, error):
             self._skip(
                 job,
-                f"failed {job.faults} times while other objects downloaded "
+                f"failed {job.faults} times while the store served other requests "
                 f"(download.retries {self.config.download.retries}), last: {describe(error)}",
             )
         else:

@@ -122,7 +122,7 @@ def test_one_object_failing_for_ever_while_the_store_works_is_given_up(
     status = read_status(config)
     assert status is not None and status["objects_skipped"] == 1
     (line,) = skip_lines(daemon, victim)
-    assert "failed 2 times while other objects downloaded" in line, line
+    assert "failed 2 times while the store served other requests" in line, line
 
 
 def cache_bytes(layout: Layout) -> int:
