@@ -387,6 +387,9 @@ class Downloader:
         if self.ctx.stopping:
             return
         key, error = job.obj.key, job.error
+        if isinstance(error, SizeChanged):
+            self._resize(job, error)
+            return
         if isinstance(error, IntegrityError):
             self.counters["integrity_failures"] += 1
             if job.attempt + 1 < MAX_INTEGRITY_ATTEMPTS:
@@ -395,9 +398,6 @@ class Downloader:
                 self._retry(job, delay=0.5)
             else:
                 self._skip(job, f"corrupt after {MAX_INTEGRITY_ATTEMPTS} fetches: {error}")
-            return
-        if isinstance(error, SizeChanged):
-            self._resize(job, error)
             return
         fault = classify(error)
         if fault is Fault.FORBIDDEN:

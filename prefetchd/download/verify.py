@@ -64,7 +64,7 @@ class IntegrityError(Exception):
     """What arrived is not what the store holds (size or checksum); the object is re-fetched."""
 
 
-class SizeChanged(Exception):
+class SizeChanged(IntegrityError):
     """The store holds ``actual`` bytes, not the ``listed`` ones (a stale ``source.manifest``
     size, or an object replaced where no ETag pins it), learnt from the first response's
     headers: nothing past the listed size was written. The downloader admits the real size
