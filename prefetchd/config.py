@@ -14,10 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 
 from prefetchd.errors import ConfigError
+from prefetchd.logs import redact_url
 from prefetchd.paths import default_cache_dir, default_ram_dir, default_state_dir
 from prefetchd.sizes import format_size, parse_size
 
@@ -252,6 +254,7 @@ def _reject_unknown(raw: Mapping[Any, Any], known: Mapping[str, Any], where: str
 
 def _show(value: object) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    text = redact_url(text)  # an error message must not repeat a password it refuses
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -334,6 +337,13 @@ def _s3_url(value: object) -> str:
 def _endpoint(value: object) -> str:
     if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+", value):
         raise ValueError("expected an http:// or https:// URL")
+    if "@" in urlsplit(value).netloc:
+        # Refused, not stripped: S3 never takes credentials from a URL, and a password kept
+        # here would travel into logs, status and job files.
+        raise ValueError(
+            "it holds credentials (user:password@); they come from the standard AWS chain "
+            "(environment, source.profile, instance role), never from the URL"
+        )
     return value.rstrip("/")
 
 

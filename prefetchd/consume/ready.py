@@ -20,7 +20,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -319,12 +319,21 @@ def _wait_for_dirs(layout: Layout, health: _DaemonHealth) -> None:
 
 
 class _DaemonHealth:
-    """Raises once the daemon failed or has shown no sign of life for ``grace`` seconds."""
+    """Raises once the daemon failed or has shown no sign of life for ``grace`` seconds.
 
-    def __init__(self, layout: Layout, grace: float) -> None:
+    A sign of life is a status record newer than the last one seen; silence is measured on
+    this process's monotonic clock, so a step of the wall clock (NTP) neither expires the grace
+    nor stretches it. ``monotonic`` is injectable for tests."""
+
+    def __init__(
+        self, layout: Layout, grace: float, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.layout = layout
         self.grace = grace
-        self.started = time.time()
+        self.monotonic = monotonic
+        self.started = monotonic()
+        self.alive_at = self.started  # when a new status record was last seen
+        self.last_seen: tuple[float, float] | None = None
 
     def check(self) -> None:
         try:
@@ -333,8 +342,9 @@ class _DaemonHealth:
             )
         except (OSError, ValueError):
             status = None
+        now = self.monotonic()
         if status is None:
-            if time.time() - self.started > self.grace:
+            if now - self.started > self.grace:
                 raise DaemonFailed(
                     f"prefetchd is not running for {self.layout.state} "
                     f"(no status after {self.grace:g} s)"
@@ -343,7 +353,11 @@ class _DaemonHealth:
         if status.state == DaemonState.FAILED:
             raise DaemonFailed(f"prefetchd failed: {status.reason or 'see its log'}")
         updated = status.updated
-        if time.time() - max(updated, self.started) > self.grace:
+        if (updated, status.updated_monotonic) != self.last_seen:
+            self.last_seen = (updated, status.updated_monotonic)
+            if self.last_seen != (0.0, 0.0) and status.age() < self.grace:
+                self.alive_at = now
+        if now - self.alive_at > self.grace:
             raise DaemonFailed(
                 f"prefetchd has been gone for more than {self.grace:g} s "
                 f"(last status update {time.ctime(updated)})"
@@ -354,7 +368,8 @@ class ConsumerStats:
     """How long one trainer process waited for shards, as read by the daemon's status.
 
     Stored in ``consumers/<owner>.lock`` as a ``ConsumerReport`` (``consume/report.py``).
-    ``wait_s`` counts finished waits; ``waiting_since`` (epoch seconds) is set while at least
+    ``wait_s`` counts finished waits; ``waiting_since`` (time.monotonic(), a system-wide clock,
+    so the supervisor compares it with its own) is set while at least
     one of the process's ``ready_files()`` iterators is waiting, so a reader adds the wait still
     in progress.
     """
@@ -380,7 +395,12 @@ class ConsumerStats:
             self.waiting_since = None
 
     def encode(self) -> bytes:
-        report = ConsumerReport(self.pid, round(self.wait_s, 3), self.waiting_since, self.shards)
+        since = self.waiting_since
+        # Readers from before ``waiting_since_monotonic`` read ``waiting_since`` as epoch seconds.
+        wall = None if since is None else round(since + time.time() - time.monotonic(), 3)
+        report = ConsumerReport(
+            self.pid, round(self.wait_s, 3), wall, self.shards, waiting_since_monotonic=since
+        )
         return report.encode()
 
 
@@ -430,7 +450,7 @@ class ShardReleaser:
         """One ``ready_files()`` iterator starts waiting for a shard (if not already)."""
         if not waiting:
             with self._lock:
-                self._stats.begin(time.time())
+                self._stats.begin(time.monotonic())  # the supervisor compares its own
                 self._write_stats()
         return True
 
@@ -439,7 +459,7 @@ class ShardReleaser:
         if waiting or claimed:
             with self._lock:
                 if waiting:
-                    self._stats.end(time.time())
+                    self._stats.end(time.monotonic())
                 self._stats.shards += claimed
                 self._write_stats()
         return False

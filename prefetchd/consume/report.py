@@ -5,10 +5,13 @@ read by the daemon (``status.read_consumers``) for ``consumer_wait_s`` and the b
 verdict. One JSON object padded with spaces to ``RECORD_SIZE`` bytes, so a reader of the file
 (rewritten in place, never truncated) never sees a shorter record's leftovers::
 
-    {"version": 1, "pid": 123, "wait_s": 4.25, "waiting_since": 1700000000.5, "shards": 17}
+    {"version": 1, "pid": 123, "wait_s": 4.25, "waiting_since": 1700000000.5, "shards": 17,
+     "waiting_since_monotonic": 5012.25}
 
-``wait_s`` counts finished waits; ``waiting_since`` (epoch seconds) is set while the process
-waits, so the reader adds the wait still in progress.
+``wait_s`` counts finished waits; ``waiting_since`` (epoch seconds) and
+``waiting_since_monotonic`` (time.monotonic(): system-wide, immune to wall-clock steps; what a
+reader that knows it uses) are set while the process waits, so the reader adds the wait still
+in progress.
 
 Other versions (rule: ``prefetchd.wire``): trainer and daemon are separate installs (a sidecar
 container), so either may be newer. Unknown fields are ignored; missing ones read as 0 / null.
@@ -34,6 +37,7 @@ class ConsumerReport:
     waiting_since: float | None = None
     shards: int = 0
     version: int = CONSUMER_VERSION
+    waiting_since_monotonic: float | None = None
 
     def encode(self) -> bytes:
         """The one encoder: exactly ``RECORD_SIZE`` bytes."""

@@ -25,7 +25,7 @@ from prefetchd.budget import split_ranges
 from prefetchd.config import Config
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.store import S3Client, make_client
-from prefetchd.download.verify import IntegrityError, Verifier, settle
+from prefetchd.download.verify import IntegrityError, SizeChanged, Verifier, settle, stored_size
 from prefetchd.layout import create_exclusive
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class ClassicTransfer:
             resp = self._client.get_object(**args)
             with job.lock:
                 job.retries += int(resp["ResponseMetadata"].get("RetryAttempts", 0))
+            _check_size(job, resp, ranged=rng is not None)
             if rng is None and self._verifier.wants_md5(job.obj):
                 job.md5 = hashlib.md5(usedforsecurity=False)  # restart the running hash too
             try:
@@ -158,6 +159,16 @@ class ClassicTransfer:
             settle(job, self._verifier)
         finally:
             self._done(job)
+
+
+def _check_size(job: Job, resp: dict[str, Any], *, ranged: bool) -> None:
+    """Raise ``SizeChanged`` before a byte is written if the store holds another size than
+    listed: the window admitted the listed size, so a bigger object must be admitted again."""
+    length = resp.get("ContentLength")
+    actual = stored_size(resp.get("ContentRange"), None if ranged else length)
+    if actual is not None and actual != job.obj.size:
+        resp["Body"].close()
+        raise SizeChanged(job.obj.size, actual)
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:

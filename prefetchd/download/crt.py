@@ -62,9 +62,10 @@ from prefetchd.config import Config
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.parts import object_part_size, slots_for
 from prefetchd.download.store import make_client
-from prefetchd.download.verify import IntegrityError, Verifier, settle
+from prefetchd.download.verify import IntegrityError, SizeChanged, Verifier, settle, stored_size
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
+from prefetchd.logs import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +111,15 @@ def endpoint_for(
     botocore uses path-style too."""
     url = urlsplit(endpoint_url or resolved_url)
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise ConfigError(f"source.endpoint_url: {url.geturl()!r} is not an http(s) URL")
+        raise ConfigError(
+            f"source.endpoint_url: {redact_url(url.geturl())!r} is not an http(s) URL"
+        )
     try:
         url.port  # noqa: B018 -- raises ValueError on a bad port
     except ValueError:
-        raise ConfigError(f"source.endpoint_url: {url.geturl()!r} has an invalid port") from None
+        raise ConfigError(
+            f"source.endpoint_url: {redact_url(url.geturl())!r} has an invalid port"
+        ) from None
     host = url.netloc.rpartition("@")[2]  # keeps [v6] brackets and :port
     prefix = url.path.rstrip("/")
     aws = endpoint_url is None and url.hostname.endswith((".amazonaws.com", ".amazonaws.com.cn"))
@@ -141,6 +146,9 @@ class _Fetch:
     request: Any = None
     received: int = 0  # body bytes written
     hashed: int = 0  # body bytes fed to job.md5; the running hash stops at the first gap
+    # Set on an event-loop thread when the response says the object is not the listed size
+    # (or a body runs past it): no byte is written after that, and it becomes job.error.
+    refused: BaseException | None = None
 
 
 class CrtTransfer:
@@ -263,6 +271,7 @@ class CrtTransfer:
                 request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
                 max_active_connections_override=fetch.slots,
                 part_size=self._object_part_size(job),
+                on_headers=functools.partial(self._on_headers, fetch),
                 on_body=functools.partial(self._on_body, fetch),
                 on_done=functools.partial(self._on_done, fetch),
             )
@@ -277,9 +286,36 @@ class CrtTransfer:
         frozen = self._credentials.get_frozen_credentials()
         return awscrt.auth.AwsCredentials(frozen.access_key, frozen.secret_key, frozen.token)
 
+    def _on_headers(
+        self, fetch: _Fetch, *, status_code: int, headers: list[tuple[str, str]], **_: Any
+    ) -> None:
+        """The first response's headers: the real size is checked before any body lands, so a
+        stale listed size can never push the window (the bytes on disk) past its limit."""
+        if status_code not in (200, 206):
+            return
+        named = {name.lower(): value for name, value in headers}
+        length = named.get("content-length", "")
+        actual = stored_size(named.get("content-range"), int(length) if length.isdigit() else None)
+        if actual is not None and actual != fetch.job.obj.size:
+            self._refuse(fetch, SizeChanged(fetch.job.obj.size, actual))
+
+    def _refuse(self, fetch: _Fetch, error: BaseException) -> None:
+        """Stop writing ``fetch``'s bodies, and the request itself if it is started yet."""
+        with fetch.job.lock:
+            if fetch.refused is not None:
+                return
+            fetch.refused = error
+        if fetch.request is not None:
+            fetch.request.cancel()
+
     def _on_body(self, fetch: _Fetch, *, chunk: Any, offset: int, **_: Any) -> None:
         job = fetch.job
         data = memoryview(chunk)
+        if fetch.refused is not None:
+            return
+        if offset + len(data) > job.obj.size:  # a store without Content-Range totals
+            self._refuse(fetch, IntegrityError(f"body runs past the {job.obj.size} listed bytes"))
+            return
         _pwrite_all(job.fd, data, offset)
         with job.lock:
             fetch.received += len(data)
@@ -301,7 +337,9 @@ class CrtTransfer:
         **_: Any,
     ) -> None:
         job = fetch.job
-        if error is not None:
+        if fetch.refused is not None:
+            job.error = fetch.refused  # whatever the cancelled request reports
+        elif error is not None:
             job.error = store_error(error, status_code, error_body)
         elif fetch.received != job.obj.size:
             job.error = IntegrityError(f"body ended after {fetch.received} of {job.obj.size} bytes")

@@ -28,7 +28,7 @@ import queue
 import time
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prefetchd.budget import Window
@@ -38,14 +38,17 @@ from prefetchd.download.order import epoch_permutation
 from prefetchd.download.share import ShareTable
 from prefetchd.download.store import (
     Fault,
+    S3Client,
     boot_failure,
+    bucket_readable,
     classify,
     describe,
+    is_throttling,
     list_share,
     make_client,
 )
 from prefetchd.download.transfer import make_transfer
-from prefetchd.download.verify import IntegrityError
+from prefetchd.download.verify import IntegrityError, SizeChanged
 from prefetchd.errors import RuntimeFailure
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.layout import (
@@ -57,6 +60,7 @@ from prefetchd.layout import (
     parse_object_name,
     write_atomic,
 )
+from prefetchd.logs import escape_key
 from prefetchd.supervise.child import ChildContext
 from prefetchd.supervise.child_report import Activity, DownloaderCounters
 
@@ -64,6 +68,8 @@ log = logging.getLogger(__name__)
 
 MAX_INTEGRITY_ATTEMPTS = 3
 BACKOFF_MAX = 60.0
+PROBE_INTERVAL = 10.0  # seconds a "can we still list the bucket?" answer is trusted
+UNREACHABLE_AFTER = 60.0  # seconds of nothing but store errors before status says so
 FIRST_PART_MIN = 1024 * 1024  # the smallest part of the first object (see _first_part_size)
 
 
@@ -101,6 +107,9 @@ class Downloader:
         self.unverified_reasons: set[str] = set()  # logged once each
         self.paused_until = 0.0
         self.pause_reason: str | None = None
+        self.faults_since = 0.0  # monotonic time of the first of the consecutive faults
+        self._probe_client: S3Client | None = None
+        self._probed: tuple[float, bool] = (-PROBE_INTERVAL, False)  # (when, readable)
         self.counters = ctx.counters = DownloaderCounters(
             objects_downloaded=0,
             bytes_downloaded=0,
@@ -412,32 +421,103 @@ class Downloader:
         if self.ctx.stopping:
             return
         key, error = job.obj.key, job.error
+        if isinstance(error, SizeChanged):
+            self._resize(job, error)
+            return
         if isinstance(error, IntegrityError):
             self.counters["integrity_failures"] += 1
             if job.attempt + 1 < MAX_INTEGRITY_ATTEMPTS:
-                log.warning("re-fetching %s: %s", key, error)
+                log.warning("re-fetching %s: %s", escape_key(key), error)
                 self.counters["retries"] += 1
                 self._retry(job, delay=0.5)
             else:
                 self._skip(job, f"corrupt after {MAX_INTEGRITY_ATTEMPTS} fetches: {error}")
             return
         fault = classify(error)
+        if fault is Fault.FORBIDDEN:
+            fault = Fault.PERMANENT if self._bucket_readable() else Fault.DENIED
         if fault is Fault.GONE:
             self._skip(job, "deleted after it was listed (404); skipped for this epoch")
         elif fault is Fault.CHANGED:
             self._skip(job, "overwritten after it was listed (412); skipped for this epoch")
+        elif fault is Fault.PERMANENT:
+            self._skip(job, f"{describe(error)}; retrying cannot help: skipped for this epoch")
+        elif fault is Fault.TRANSIENT and self._given_up(job, error):
+            self._skip(
+                job,
+                f"failed {job.faults} times while the store served other requests "
+                f"(download.retries {self.config.download.retries}), last: {describe(error)}",
+            )
         else:
-            self.consecutive_faults += 1
-            delay = min(BACKOFF_MAX, 2.0 ** min(self.consecutive_faults, 6))
-            reason = "access denied" if fault is Fault.DENIED else "store errors"
-            if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-                reason = f"download.cache_dir {self.layout.cache} is full"
-            self.pause_reason = f"{reason} ({describe(error)}), retrying in {delay:.0f}s"
-            self.paused_until = time.monotonic() + delay
-            log.warning("%s: %s; pausing downloads for %.0fs", key, describe(error), delay)
-            self.ctx.error(key, describe(error))
-            self.counters["retries"] += 1
-            self._retry(job, delay=delay, count_attempt=False)
+            self._pause(job, error, fault)
+
+    def _pause(self, job: Job, error: BaseException, fault: Fault) -> None:
+        """A fault retrying may fix: pause every download with a growing backoff, say why in
+        status (and that the store looks unreachable once nothing got through for a while),
+        and fetch ``job`` again after the pause."""
+        now = time.monotonic()
+        if self.consecutive_faults == 0:
+            self.faults_since = now
+        self.consecutive_faults += 1
+        delay = min(BACKOFF_MAX, 2.0 ** min(self.consecutive_faults, 6))
+        reason = "access denied" if fault is Fault.DENIED else "store errors"
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            reason = f"download.cache_dir {self.layout.cache} is full"
+        elif now - self.faults_since >= UNREACHABLE_AFTER:
+            reason = f"store unreachable for {now - self.faults_since:.0f}s, {reason}"
+        self.pause_reason = f"{reason} ({describe(error)}), retrying in {delay:.0f}s"
+        self.paused_until = now + delay
+        key = escape_key(job.obj.key)
+        log.warning("%s: %s; pausing downloads for %.0fs", key, describe(error), delay)
+        self.ctx.error(job.obj.key, describe(error))
+        self.counters["retries"] += 1
+        self._retry(job, delay=delay, count_attempt=False)
+
+    def _given_up(self, job: Job, error: BaseException) -> bool:
+        """Whether ``job`` has failed more than ``download.retries`` times while the store
+        demonstrably worked (another object downloaded since its previous failure, or the
+        bucket still lists): the store works, this object does not, and waiting for it would
+        hold the epoch open for ever. Throttling, a full cache disk and a store down for
+        everyone only pause."""
+        if is_throttling(error) or (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+            return False
+        published = self.counters["objects_downloaded"]
+        others_done = 0 <= job.published_at_fault < published
+        job.published_at_fault = published
+        if others_done or self._bucket_readable():
+            job.faults += 1
+        return job.faults > self.config.download.retries
+
+    def _bucket_readable(self) -> bool:
+        """Whether the source can still be listed (asked at most every ``PROBE_INTERVAL``)."""
+        when, readable = self._probed
+        now = time.monotonic()
+        if now - when >= PROBE_INTERVAL:
+            if self._probe_client is None:
+                # One quick try: the main loop waits for it, and must keep reporting.
+                self._probe_client = make_client(self.config, pool=1, attempts=1, timeout=5)
+            readable = bucket_readable(self._probe_client, self.config)
+            self._probed = (now, readable)
+        return readable
+
+    def _resize(self, job: Job, error: SizeChanged) -> None:
+        """The object is not the listed size: fetch it again at its real size, which the loop
+        admits against ``download.window`` before any byte lands; skipped if its size changes
+        on every fetch."""
+        job.attempt += 1
+        if job.attempt >= MAX_INTEGRITY_ATTEMPTS:
+            self._skip(job, f"its size changed on each of {job.attempt} fetches ({error})")
+            return
+        log.warning(
+            "s3://%s/%s: %s (a stale source.manifest size?); fetching it again at its real size",
+            self.config.source.bucket,
+            escape_key(job.obj.key),
+            error,
+        )
+        job.obj = replace(job.obj, size=error.actual)
+        job.part_size = None
+        self.counters["retries"] += 1
+        self._retry(job, delay=0, count_attempt=False)
 
     def _note_unverified(self, job: Job) -> None:
         """Count an object published with only its size checked; say why once per reason."""
@@ -497,7 +577,8 @@ class Downloader:
         self._mark_done(job)
 
     def _skip(self, job: Job, reason: str) -> None:
-        log.error("skipping s3://%s/%s: %s", self.config.source.bucket, job.obj.key, reason)
+        key = escape_key(job.obj.key)
+        log.error("skipping s3://%s/%s: %s", self.config.source.bucket, key, reason)
         self.ctx.error(job.obj.key, reason)
         self.counters["errors"] += 1
         self.counters["objects_skipped"] += 1

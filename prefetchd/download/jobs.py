@@ -24,6 +24,11 @@ class Job:
     name: str
     tmp: Path
     attempt: int = 0
+    # Transient failures of this object, counted only when the store demonstrably worked
+    # meanwhile (another object downloaded, or the bucket lists): past ``download.retries``
+    # the store works and this object does not, so it is skipped.
+    faults: int = 0
+    published_at_fault: int = -1  # objects_downloaded at its last transient failure
     part_size: int | None = None  # instead of download.part_size (classic client only)
     ranges: list[tuple[int, int]] = field(default_factory=list)
     next_part: int = 0

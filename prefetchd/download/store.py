@@ -25,6 +25,7 @@ import botocore.exceptions
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import SourceObject, in_share, matcher
 from prefetchd.errors import RuntimeFailure
+from prefetchd.logs import escape_key, redact
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +59,24 @@ def _session(profile: str | None, region: str | None, env: bytes) -> boto3.sessi
     return boto3.session.Session(profile_name=profile, region_name=region)
 
 
-def make_client(config: Config, *, pool: int | None = None) -> S3Client:
-    """An S3 client with botocore's "standard" retries and ``pool`` connections (default
-    ``download.concurrency`` + 4)."""
+def make_client(
+    config: Config, *, pool: int | None = None, attempts: int | None = None, timeout: float = 60
+) -> S3Client:
+    """An S3 client with botocore's "standard" retries (``attempts`` tries in all, default
+    ``download.retries`` + 1), ``pool`` connections (default ``download.concurrency`` + 4)
+    and ``timeout`` seconds to wait for a response."""
     src = config.source
     return session(src.profile, src.region).client(
         "s3",
         endpoint_url=src.endpoint_url,
         config=botocore.config.Config(
-            retries={"mode": "standard", "total_max_attempts": config.download.retries + 1},
+            retries={
+                "mode": "standard",
+                "total_max_attempts": attempts or config.download.retries + 1,
+            },
             max_pool_connections=pool or config.download.concurrency + 4,
-            connect_timeout=10,
-            read_timeout=60,
+            connect_timeout=min(10, timeout),
+            read_timeout=timeout,
             tcp_keepalive=True,
             s3={"addressing_style": _style(src.addressing_style)},
         ),
@@ -87,47 +94,105 @@ class Fault(enum.Enum):
 
     GONE = "gone"  # 404: deleted after listing -> skipped, counted
     CHANGED = "changed"  # 412: overwritten after listing -> skipped, counted
-    DENIED = "denied"  # 403 / bad or expired credentials -> pause, retry slowly
+    # 403 AccessDenied: this object's policy, or everyone's credentials? The downloader asks
+    # the bucket (``bucket_readable``): readable -> skipped like PERMANENT; else as DENIED.
+    FORBIDDEN = "forbidden"
+    DENIED = "denied"  # bad or expired credentials -> pause, retry slowly
+    # 416, 400 (but RequestTimeout), any other 4xx: the same request can never succeed ->
+    # skipped, counted, logged once; never an endless pause
+    PERMANENT = "permanent"
     TRANSIENT = "transient"  # 5xx, throttling, connection trouble -> retry later
 
 
 _GONE = {"NoSuchKey", "404", "NotFound"}
 _CHANGED = {"PreconditionFailed", "412"}
+_FORBIDDEN = {"AccessDenied", "403", "Forbidden"}
+# Codes that name the caller's credentials, never one object: a pause, whatever the bucket says.
 _DENIED = {
-    "AccessDenied",
-    "403",
-    "Forbidden",
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
     "ExpiredToken",
     "TokenRefreshRequired",
     "InvalidToken",
 }
+# 4xx answers a retry can fix: the store timed out or throttled us (botocore retries these).
+_RETRYABLE_4XX = {
+    "RequestTimeout",
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "RequestTimeTooSkewed",  # our clock: botocore corrects its skew and retries
+}
 
 
 def classify(exc: BaseException) -> Fault:
+    """What ``exc`` (a GET that botocore or the CRT gave up on) means for its object."""
     if isinstance(exc, botocore.exceptions.ClientError):
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code in _GONE:
-            return Fault.GONE
-        if code in _CHANGED:
-            return Fault.CHANGED
-        if code in _DENIED:
-            return Fault.DENIED
+        return _classify_code(
+            str(exc.response.get("Error", {}).get("Code", "")), http_status(exc) or 0
+        )
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return Fault.DENIED
     return Fault.TRANSIENT
 
 
+def _classify_code(code: str, status: int) -> Fault:
+    if code in _GONE:
+        return Fault.GONE
+    if code in _CHANGED:
+        return Fault.CHANGED
+    if code in _DENIED:
+        return Fault.DENIED
+    if code in _FORBIDDEN:
+        return Fault.FORBIDDEN
+    if code in _RETRYABLE_4XX or status in (408, 429) or not 400 <= status < 500:
+        return Fault.TRANSIENT
+    return Fault.PERMANENT  # 416 InvalidRange, 400 InvalidArgument, 403 InvalidObjectState...
+
+
+_THROTTLING = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
+
+
+def is_throttling(exc: BaseException) -> bool:
+    """Whether the store asked us to slow down (or is unavailable for everyone: 503, 429):
+    never a sign that one object is broken."""
+    if not isinstance(exc, botocore.exceptions.ClientError):
+        return False
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    return code in _THROTTLING or http_status(exc) in (429, 503)
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a store error, if it came with one."""
+    if not isinstance(exc, botocore.exceptions.ClientError):
+        return None
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None
+
+
+def bucket_readable(client: S3Client, config: Config) -> bool:
+    """Whether this process's credentials can still list the source (one request, never
+    raises): tells a 403 on one object (its own policy, KMS key, archive tier) from credentials
+    that no longer work anywhere."""
+    try:
+        client.list_objects_v2(Bucket=config.source.bucket, Prefix=config.source.prefix, MaxKeys=1)
+    except Exception:  # any failure means "not known to be readable": pause, do not skip
+        return False
+    return True
+
+
 def describe(exc: BaseException) -> str:
-    """A one-line description of an S3 error that never includes credentials."""
+    """A one-line description of an S3 error that never includes credentials (botocore and
+    awscrt messages quote endpoint and proxy URLs: their user-info is masked)."""
     if isinstance(exc, botocore.exceptions.ClientError):
         err = exc.response.get("Error", {})
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
-        return f"{err.get('Code', 'error')} (HTTP {status}): {err.get('Message', '')}".strip()
-    if isinstance(exc, botocore.exceptions.BotoCoreError):
-        return f"{type(exc).__name__}: {exc}"
-    return f"{type(exc).__name__}: {exc}"
+        text = f"{err.get('Code', 'error')} (HTTP {status}): {err.get('Message', '')}".strip()
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return escape_key(redact(text))
 
 
 def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
@@ -137,12 +202,12 @@ def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("NoSuchBucket", "404"):
             return RuntimeFailure(f"bucket {bucket!r} does not exist ({config.source.url})")
-        if code in _DENIED:
+        if code in _DENIED or code in _FORBIDDEN:
             return RuntimeFailure(f"access to bucket {bucket!r} denied: {describe(exc)}")
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return RuntimeFailure("no AWS credentials found (environment, profile or instance role)")
     if isinstance(exc, botocore.exceptions.EndpointConnectionError):
-        return RuntimeFailure(f"cannot reach the object store: {exc}")
+        return RuntimeFailure(f"cannot reach the object store: {redact(str(exc))}")
     return RuntimeFailure(f"cannot list {config.source.url}: {describe(exc)}")
 
 

@@ -64,6 +64,28 @@ class IntegrityError(Exception):
     """What arrived is not what the store holds (size or checksum); the object is re-fetched."""
 
 
+class SizeChanged(IntegrityError):
+    """The store holds ``actual`` bytes, not the ``listed`` ones (a stale ``source.manifest``
+    size, or an object replaced where no ETag pins it), learnt from the first response's
+    headers: nothing past the listed size was written. The downloader admits the real size
+    against ``download.window`` and fetches the object again."""
+
+    def __init__(self, listed: int, actual: int) -> None:
+        super().__init__(f"the store holds {actual} bytes, not the {listed} listed")
+        self.listed = listed
+        self.actual = actual
+
+
+def stored_size(content_range: str | None, content_length: int | None) -> int | None:
+    """The object's whole size from a GET's headers: the total of ``Content-Range``
+    (``bytes 0-99/1234`` or ``bytes */1234``) for a ranged answer, else ``Content-Length``;
+    None when neither tells (``bytes 0-99/*``)."""
+    if content_range:
+        total = content_range.rpartition("/")[2].strip()
+        return int(total) if total.isdigit() else None
+    return content_length if content_length is not None and content_length >= 0 else None
+
+
 class Verifier:
     """Checks fetched objects against what the store says they hold. One per transfer backend;
     ``verify`` may run on several threads at once, each with its own job."""

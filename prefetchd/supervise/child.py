@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
 
@@ -79,7 +78,8 @@ class ChildContext:
         record = report_json(
             name=self.name,
             pid=os.getpid(),
-            heartbeat=time.time(),
+            heartbeat=time.time(),  # for people
+            beat=time.monotonic(),  # for the heartbeat check (see ChildReport.beat)
             ready=self.ready,
             counters=self.counters,
             last_errors=self.last_errors,
@@ -114,7 +114,7 @@ def child_main(
         sys.exit(CHILD_BOOT_FAILURE if not ctx.ready else 1)
     except Exception as exc:
         message = redact(f"{type(exc).__name__}: {exc}")
-        log.error("crashed: %s\n%s", message, redact(traceback.format_exc()))
+        log.error("crashed: %s", message, exc_info=True)  # the traceback is masked too
         ctx.report(force=True, boot_error=message if not ctx.ready else None, fatal=message)
         sys.exit(CHILD_BOOT_FAILURE if not ctx.ready else 1)
     ctx.report(force=True, stopped=True)

@@ -5,6 +5,7 @@ main loop; the supervisor reads it for heartbeats, readiness, counters and the l
 One JSON object, written by ``report_json`` and read by ``ChildReport.from_json``::
 
     {"version": 1, "name": "writer-0", "pid": 123, "heartbeat": <epoch seconds>,
+     "beat": <time.monotonic() seconds>,
      "ready": true, "activity": "waiting-for-ram", <the role's counters>,
      "last_errors": [{"time", "key", "error"}],
      "boot_error": "...", "fatal": "...", "stopped": true}        (the last three when set)
@@ -180,7 +181,11 @@ class ChildReport:
 
     name: str = ""
     pid: int = 0
-    heartbeat: float = 0.0  # epoch seconds of the last report; 0: never
+    heartbeat: float = 0.0  # epoch seconds of the last report, for display; 0: never
+    # time.monotonic() of the last report; 0: never (or a child from before it was written).
+    # CLOCK_MONOTONIC is system-wide on Linux, so the supervisor compares it with its own
+    # time.monotonic(): an NTP step of the wall clock cannot make a live child look silent.
+    beat: float = 0.0
     ready: bool = False
     activity: Activity | None = None
     activity_text: str | None = None  # as people read it; an unknown activity as written
@@ -220,6 +225,7 @@ def report_json(
     name: str,
     pid: int,
     heartbeat: float,
+    beat: float,
     ready: bool,
     counters: Mapping[str, object],
     last_errors: Iterable[ErrorEntry],
@@ -234,6 +240,7 @@ def report_json(
         "name": name,
         "pid": pid,
         "heartbeat": heartbeat,
+        "beat": beat,
         "ready": ready,
         **counters,
         "last_errors": [{"time": e.time, "key": e.key, "error": e.error} for e in last_errors],

@@ -82,8 +82,11 @@ Spawn = Callable[[Child], ChildProcess]  # starts a process running the child's 
 
 @dataclass(frozen=True)
 class Clock:
-    monotonic: Callable[[], float] = time.monotonic  # uptimes, backoff delays, grace periods
-    wall: Callable[[], float] = time.time  # heartbeats: children stamp reports in wall time
+    """The lifecycle's one time source: uptimes, backoff delays, grace periods and heartbeats
+    (children stamp ``ChildReport.beat`` with the system-wide CLOCK_MONOTONIC), never the
+    wall clock, which NTP may step."""
+
+    monotonic: Callable[[], float] = time.monotonic
 
 
 @dataclass(frozen=True)
@@ -166,10 +169,10 @@ class Lifecycle:
     def kill_hung(self) -> None:
         """SIGKILL each running child that stopped reporting (SIGSTOP, a stuck system call);
         ``reap`` then restarts it like any crash."""
-        wall = self.clock.wall()
+        now = self.clock.monotonic()  # children stamp ``beat`` with the same system-wide clock
         for child in self.children:
-            beat = child.last_report.heartbeat if child.last_report is not None else 0.0
-            silent = wall - beat
+            beat = child.last_report.beat if child.last_report is not None else 0.0
+            silent = now - beat
             if child.state is not ChildState.RUNNING or not beat or silent <= HEARTBEAT_TIMEOUT:
                 continue
             if child.process is not None and child.process.is_alive():

@@ -19,6 +19,7 @@ from typing import Any
 from prefetchd.consume.report import ConsumerReport
 from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import Layout
+from prefetchd.logs import escape_key
 from prefetchd.sizes import format_size
 from prefetchd.supervise.child_report import ChildReport, Counts
 from prefetchd.supervise.states import DaemonState
@@ -112,13 +113,18 @@ class ConsumerWaits:
     carried: float = 0.0
 
     def update(self, reports: Mapping[str, ConsumerReport], now: float) -> tuple[float, int, int]:
-        """``(total wait seconds, trainers alive, trainers waiting now)``."""
+        """``(total wait seconds, trainers alive, trainers waiting now)``; ``now`` is
+        time.monotonic() (a trainer from before ``waiting_since_monotonic`` is aged by the
+        wall clock)."""
         current: dict[str, float] = {}
         waiting = 0
         for owner, report in reports.items():
             wait = report.wait_s
-            if report.waiting_since is not None:
-                wait += max(0.0, now - report.waiting_since)
+            if report.waiting_since_monotonic is not None:
+                wait += max(0.0, now - report.waiting_since_monotonic)
+                waiting += 1
+            elif report.waiting_since is not None:
+                wait += max(0.0, time.time() - report.waiting_since)
                 waiting += 1
             current[owner] = max(wait, self.last.get(owner, 0.0))
         for owner, wait in self.last.items():
@@ -182,7 +188,7 @@ def is_running(status: StatusRecord | None) -> bool:
     if status is None or status.state in (DaemonState.DONE, DaemonState.FAILED):
         return False
     pid = status.pid
-    fresh = time.time() - status.updated < HEARTBEAT_STALE
+    fresh = status.age() < HEARTBEAT_STALE
     return fresh and pid > 0 and _pid_exists(pid) and pid != os.getpid()
 
 
@@ -234,7 +240,7 @@ def _bar(used: float, limit: float, width: int = BAR_WIDTH) -> str:
 def _safe(text: object, limit: int = MAX_TEXT) -> str:
     """One printable line: object keys and error messages may hold newlines, escapes or
     right-to-left overrides that would garble (or forge lines of) a terminal."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    out = escape_key(str(text))
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
 

@@ -16,6 +16,7 @@ A JSON object without a string ``state`` is not a status record.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -100,7 +101,10 @@ class StatusRecord:
     prefetchd_version: str | None = None  # the running daemon's release, not the reader's
     config: str | None = None
     started: float = 0.0
-    updated: float = 0.0
+    updated: float = 0.0  # epoch seconds, for people
+    # time.monotonic() of the same moment (CLOCK_MONOTONIC, system-wide): what staleness is
+    # judged by, so a step of the wall clock never makes a live daemon look gone; 0: not written
+    updated_monotonic: float = 0.0
     uptime_s: float | None = None
     epoch: int = 0
     epochs_total: int | None = None
@@ -139,6 +143,16 @@ class StatusRecord:
     bottleneck: Verdict | None = None
     version: int = STATUS_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def age(self, *, monotonic: float | None = None) -> float:
+        """Seconds since the daemon wrote this record, by the system-wide monotonic clock (a
+        wall-clock step changes nothing). A record without ``updated_monotonic`` (an older
+        daemon), or one from before a reboot (its monotonic time lies ahead of ours), is aged
+        by the wall clock instead."""
+        now = time.monotonic() if monotonic is None else monotonic
+        if 0 < self.updated_monotonic <= now:
+            return now - self.updated_monotonic
+        return time.time() - self.updated
 
     def to_json(self) -> dict[str, Any]:
         """The one encoder: the JSON object ``status.json`` holds."""

@@ -81,7 +81,8 @@ class Supervisor:
         self.last_snapshot: StatusRecord | None = None
         self._last_notice = ""
         self.next_epoch = 0  # lowest epoch not yet complete
-        self.started = time.time()
+        self.started = time.time()  # shown to people; durations use started_monotonic
+        self.started_monotonic = time.monotonic()
         self._lock_fd = -1
         self._last_status = 0.0
         self._last_epoch_check = 0.0
@@ -343,7 +344,7 @@ class Supervisor:
             return all(c.alive for c in self.children)
         if self.state is not DaemonState.RUNNING:
             return False
-        now = time.time()
+        now = time.monotonic()
         return all(_child_healthy(c, c.last_report or ChildReport(), now) for c in self.children)
 
     def _notify_status(self, snapshot: StatusRecord) -> None:
@@ -366,11 +367,10 @@ class Supervisor:
         counts = self.totals.sum(reports)
         self.rates.add(now, counts.bytes_downloaded, counts.records_written)
         download_rate, record_rate = self.rates.recent()
-        elapsed = max(time.time() - self.started, 1e-9)
+        elapsed = max(now - self.started_monotonic, 1e-9)
         dl = reports.get("downloader", ChildReport())
         errors = sorted((e for r in reports.values() for e in r.last_errors), key=lambda e: e.time)
-        wall = time.time()
-        wait_total, consumers, waiting = self.waits.update(read_consumers(lay), wall)
+        wait_total, consumers, waiting = self.waits.update(read_consumers(lay), now)
         ram_wait = sum(r.ram_wait_s for r in reports.values())
         self.series.add(now, {"consumer_wait_s": wait_total, "writer_ram_wait_s": ram_wait})
         wait_ratio = min(1.0, self.series.rate("consumer_wait_s") / max(consumers, 1))
@@ -385,8 +385,9 @@ class Supervisor:
             prefetchd_version=__version__,
             config=str(self.config.path) if self.config.path else None,
             started=self.started,
-            updated=time.time(),
-            uptime_s=round(wall - self.started, 1),
+            updated=time.time(),  # for people; staleness is judged by updated_monotonic
+            updated_monotonic=now,
+            uptime_s=round(elapsed, 1),
             epoch=self.next_epoch,
             epochs_total=self.config.epochs.count,
             download_epoch=dl.epoch,
@@ -420,8 +421,7 @@ class Supervisor:
             consumer_wait_s=round(wait_total, 3),
             consumer_wait_ratio=round(wait_ratio, 3),
             children={
-                c.name: _child_status(c, c.last_report or ChildReport(), wall)
-                for c in self.children
+                c.name: _child_status(c, c.last_report or ChildReport(), now) for c in self.children
             },
             last_errors=tuple(errors[-10:]),
         )
@@ -471,7 +471,8 @@ def _child_status(child: Child, report: ChildReport, now: float) -> ChildStatus:
 
 
 def _heartbeat_age(report: ChildReport, now: float) -> float | None:
-    beat = report.heartbeat
+    """Seconds since the child's last report, ``now`` being time.monotonic()."""
+    beat = report.beat
     return round(max(0.0, now - beat), 1) if beat else None
 
 

@@ -31,7 +31,7 @@ from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
 from prefetchd.download.store import Fault, classify
 from prefetchd.download.transfer import make_transfer
-from prefetchd.download.verify import IntegrityError
+from prefetchd.download.verify import IntegrityError, SizeChanged
 from prefetchd.errors import ConfigError
 from testkit import s3server
 
@@ -360,6 +360,7 @@ def test_size_unlike_listing_is_integrity_error(
     )
     check_done_once(out)
     assert isinstance(out.jobs[0].error, IntegrityError)
+    assert isinstance(out.jobs[0].error, SizeChanged) and out.jobs[0].error.actual == obj.size
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -416,7 +417,8 @@ def test_aws_buckets_are_virtual_hosted_unless_dotted() -> None:
     [
         (404, None, Fault.GONE),
         (412, None, Fault.CHANGED),
-        (403, None, Fault.DENIED),
+        (403, None, Fault.FORBIDDEN),  # the downloader asks the bucket: skip or pause
+        (416, None, Fault.PERMANENT),
         (503, b"<Error><Code>SlowDown</Code><Message>Reduce</Message></Error>", Fault.TRANSIENT),
         (500, None, Fault.TRANSIENT),
         (403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>", Fault.DENIED),

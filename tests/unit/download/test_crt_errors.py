@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("awscrt")
 
 import awscrt.exceptions
+import awscrt.s3
 
 from prefetchd.download.crt import store_error
 from prefetchd.download.store import Fault, classify, describe
@@ -35,3 +36,22 @@ def test_a_connection_failure_stays_what_it_is() -> None:
     error = awscrt.exceptions.AwsCrtError(0, "AWS_IO_SOCKET_CONNECTION_REFUSED", "refused")
     assert store_error(error, None, None) is error
     assert classify(error) is Fault.TRANSIENT
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "fault"),
+    [
+        (416, None, Fault.PERMANENT),
+        (416, b"<Error><Code>InvalidRange</Code></Error>", Fault.PERMANENT),
+        (400, b"<Error><Code>InvalidArgument</Code></Error>", Fault.PERMANENT),
+        (403, None, Fault.FORBIDDEN),
+    ],
+)
+def test_refusals_no_retry_can_fix_are_permanent_with_crt_too(
+    status: int, body: bytes | None, fault: Fault
+) -> None:
+    """Regression: a 416 was a transient error that paused downloads for ever."""
+    error = awscrt.s3.S3ResponseError(
+        code=0, name="AWS_ERROR_S3_INVALID_RESPONSE_STATUS", message="refused", body=body
+    )
+    assert classify(store_error(error, status, body)) is fault

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -376,7 +377,11 @@ def test_a_trainers_wait_figures_are_read_by_the_daemon(layout: Layout) -> None:
     stats.begin(20.0)
     stats.shards = 4
     lock_file(layout, "77xabc", stats.encode())
-    assert read_consumers(layout) == {"77xabc": ConsumerReport(77, 2.5, 20.0, 4)}
+    report = read_consumers(layout)["77xabc"]
+    assert (report.pid, report.wait_s, report.shards) == (77, 2.5, 4)
+    assert report.waiting_since_monotonic == 20.0, "the wait in progress, on the monotonic clock"
+    # ... and as epoch seconds for a daemon from before waiting_since_monotonic
+    assert report.waiting_since == pytest.approx(20.0 + time.time() - time.monotonic(), abs=1)
 
 
 def test_consumer_reports_of_other_versions_are_read(layout: Layout) -> None:

@@ -210,13 +210,17 @@ def test_consumer_stats_count_finished_and_running_waits() -> None:
         "wait_s": 3.0,
         "waiting_since": None,
         "shards": 0,
+        "waiting_since_monotonic": None,
     }
 
 
 def test_consumer_waits_add_the_wait_in_progress_and_keep_exited_trainers() -> None:
     waits = ConsumerWaits()
     total, alive, waiting = waits.update(
-        {"a": ConsumerReport(wait_s=2.0, waiting_since=10.0), "b": ConsumerReport(wait_s=1.0)},
+        {
+            "a": ConsumerReport(wait_s=2.0, waiting_since_monotonic=10.0),
+            "b": ConsumerReport(wait_s=1.0),
+        },
         now=13.0,
     )
     assert (total, alive, waiting) == (pytest.approx(6.0), 2, 1)

@@ -72,14 +72,13 @@ class FakeProcess:
 
 
 class Dummy:
-    """The system as the lifecycle sees it: processes it spawns, and both clocks."""
+    """The system as the lifecycle sees it: processes it spawns, and its monotonic clock."""
 
     def __init__(self) -> None:
         self.now = 1000.0
-        self.wall = 1.7e9
         self.spawned: list[FakeProcess] = []
         self.obeys_sigterm = True
-        self.clock = Clock(monotonic=lambda: self.now, wall=lambda: self.wall)
+        self.clock = Clock(monotonic=lambda: self.now)
 
     def spawn(self, child: Child) -> FakeProcess:
         process = FakeProcess(100 + len(self.spawned), obeys_sigterm=self.obeys_sigterm)
@@ -88,7 +87,6 @@ class Dummy:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-        self.wall += seconds
 
 
 @pytest.fixture
@@ -115,7 +113,7 @@ def report(child: Child, **fields: object) -> None:
 
 def make_running(life: Lifecycle, dummy: Dummy) -> Child:
     (child,) = life.children
-    report(child, ready=True, heartbeat=dummy.wall)
+    report(child, ready=True, beat=dummy.now)
     life.mark_ready()
     assert child.state is ChildState.RUNNING
     return child
@@ -303,7 +301,7 @@ def test_a_hung_child_is_killed_then_restarted_like_a_crash(
 def test_a_starting_child_is_not_killed_for_silence(life: Lifecycle, dummy: Dummy) -> None:
     """Listing millions of keys before ready can take minutes."""
     (child,) = life.children
-    report(child, ready=False, heartbeat=dummy.wall)
+    report(child, ready=False, beat=dummy.now)
     dummy.advance(HEARTBEAT_TIMEOUT * 10)
     life.kill_hung()
     assert process(child).received == []
@@ -408,7 +406,7 @@ def supervisor(
 
 def all_ready(sup: Supervisor, dummy: Dummy) -> None:
     for child in sup.children:
-        report(child, ready=True, heartbeat=dummy.wall)
+        report(child, ready=True, beat=dummy.now)
     sup._check_started()
 
 
