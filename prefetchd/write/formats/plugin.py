@@ -9,8 +9,10 @@ User code is trusted to be correct, not to be well-behaved on every input. So, f
   once it passes ``source.parse_timeout`` the call is interrupted: ``ParseTimeout``.
 
 Each quarantines that object only. The interruption is a ``SIGALRM`` timer armed while the
-plugin's code runs on the main thread: its handler raises in the interrupted frame (as
-``KeyboardInterrupt`` does), which ends a sleep, a blocking read or a Python loop. While the
+plugin's code runs on the main thread: its handler raises ``TimeUp`` in the interrupted frame
+(a ``BaseException``, as ``KeyboardInterrupt`` is, so a plugin's ``except Exception`` does not
+swallow it; and raised again every second should the plugin catch it anyway), which ends a
+sleep, a blocking read or a Python loop. While the
 plugin runs, ``busy`` is set so the writer keeps its heartbeat going from another thread
 (``PluginHeartbeat``): a slow object within the limit is not mistaken for a hung writer. A
 plugin blocked in C code that holds the GIL cannot be interrupted this way; the supervisor's
@@ -32,6 +34,11 @@ from prefetchd.errors import CorruptObject
 from prefetchd.write.quarantine import ParseTimeout, PluginError, RecordTooLarge
 
 _END = object()
+_REFIRE = 1.0  # seconds between alarms once the time is up (a plugin may catch the first)
+
+
+class TimeUp(BaseException):
+    """Raised by the alarm inside a plugin's code: its object's time is up."""
 
 
 class PluginFormat:
@@ -54,7 +61,7 @@ class PluginFormat:
     def records(self, key: str, path: str) -> Iterator[bytes]:
         """The plugin's records for one object; raises ``PluginError``, ``RecordTooLarge`` or
         ``ParseTimeout`` (each a ``CorruptObject``)."""
-        clock = _Clock(key, self.spec, self.parse_timeout)
+        clock = _Clock(self.parse_timeout)
         try:
             with self._running(clock):
                 iterator = iter(self.function(key, path))
@@ -66,6 +73,8 @@ class PluginFormat:
                 yield self._checked(key, record)
         except CorruptObject:
             raise
+        except TimeUp:
+            raise ParseTimeout(key, self.spec, self.parse_timeout) from None
         except Exception as exc:  # user code: any failure quarantines this object only
             raise PluginError(key, f"{self.spec} raised {type(exc).__name__}: {exc}") from exc
 
@@ -90,8 +99,7 @@ class PluginFormat:
 class _Clock:
     """The time one object's plugin calls may still take, enforced by ``SIGALRM``."""
 
-    def __init__(self, key: str, spec: str, limit: float) -> None:
-        self.key, self.spec, self.limit = key, spec, limit
+    def __init__(self, limit: float) -> None:
         self.left = limit
 
     @contextlib.contextmanager
@@ -102,10 +110,10 @@ class _Clock:
             yield
             return
         if self.left <= 0:
-            raise ParseTimeout(self.key, self.spec, self.limit)
-        previous = signal.signal(signal.SIGALRM, self._expired)
+            raise TimeUp
+        previous = signal.signal(signal.SIGALRM, _expired)
         started = time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, self.left)
+        signal.setitimer(signal.ITIMER_REAL, self.left, _REFIRE)
         try:
             yield
         finally:
@@ -113,9 +121,10 @@ class _Clock:
             signal.signal(signal.SIGALRM, previous)
             self.left -= time.monotonic() - started
 
-    def _expired(self, signum: int, frame: FrameType | None) -> None:
-        # Raising here is the point: it unwinds the plugin's frame, wherever it waits.
-        raise ParseTimeout(self.key, self.spec, self.limit)
+
+def _expired(signum: int, frame: FrameType | None) -> None:
+    # Raising here is the point: it unwinds the plugin's frame, wherever it waits.
+    raise TimeUp
 
 
 class PluginHeartbeat:

@@ -20,8 +20,9 @@ stores a float ``mtime``), and then takes that slower path.
 
 Limits: a sample whose members hold more than ``output.max_record_size`` bytes raises
 ``RecordTooLarge`` from the member header, before its data is read; so does a pax or GNU
-long-name header that large (``tarfile`` would read it whole). The fast reader leaves a sample
-it would need more than the limit (and a chunk) to hold to the reference reader, which checks.
+long-name header that large (``tarfile`` would read it whole). The fast reader leaves a batch
+holding a frame over the limit, or a sample it would need more than the limit (and a chunk) to
+hold, to the reference reader, which measures every sample exactly.
 A member name that is not UTF-8 is kept as its bytes (``surrogateescape``), never an error.
 """
 
@@ -78,7 +79,7 @@ class TarFormat:
         """The Examples of ``records``, framed, ~1 MiB of stream per batch: the fast reader's,
         then (if it gave up) the reference reader's from where it stopped. Raises what
         ``records`` raises; a batch the error cuts short is not yielded."""
-        scan = _FastScan(self.max_record_size + BATCH_BYTES)
+        scan = _FastScan(self.max_record_size)
         if UTF8_NAMES:
             yield from scan.frames(key, path)
         if not scan.complete:
@@ -90,10 +91,10 @@ class _FastScan:
     """One pass of ``frame_tar`` over an object: how many samples it framed, and whether it
     read the whole tar (else the reference reader takes over)."""
 
-    def __init__(self, most: int = DEFAULT_MAX_RECORD_SIZE + BATCH_BYTES) -> None:
+    def __init__(self, limit: int = DEFAULT_MAX_RECORD_SIZE) -> None:
         self.samples = 0
         self.complete = False
-        self.most = most  # the largest read it makes to hold one sample
+        self.limit = limit  # output.max_record_size
 
     def frames(self, key: str, path: str) -> Iterator[Frames]:
         try:
@@ -105,13 +106,15 @@ class _FastScan:
                     buf = pending + chunk if pending else chunk
                     data, ends, used, status = core.IMPL.frame_tar(buf, not chunk, at_start)
                     batch = Frames.of(data, ends)
+                    if len(batch) and batch.largest() > self.limit:
+                        return  # a sample this large: the reference reader measures it
                     if len(batch):
                         self.samples += len(batch)
                         yield batch
                     if status <= 0:
                         self.complete = status == pycore.TAR_END
                         return
-                    if status > self.most:
+                    if status > self.limit + BATCH_BYTES:
                         return  # a sample this large: the reference reader measures it
                     pending, need, at_start = buf[used:], status, at_start and used == 0
         except CorruptObject:

@@ -255,7 +255,9 @@ def test_a_version_0_status_keeps_every_key_and_value(name: str) -> None:
     out = json.loads(json.dumps(record.to_json()))
     assert {k: out[k] for k in raw} == raw
     added = {k: v for k, v in out.items() if k not in raw}  # keys newer than the recording
-    assert added["version"] == 0 and all(v in (0, None) for v in added.values() if not isinstance(v, dict))
+    assert added["version"] == 0 and all(
+        v in (0, None) for v in added.values() if not isinstance(v, dict)
+    )
     # a figure split by reason (quarantined_by_reason) is all zeros, like the flat figures
     assert all(not any(v.values()) for v in added.values() if isinstance(v, dict))
 
