@@ -466,7 +466,7 @@ class Writer:
         self.open.append(obj)
         self.picks = b""  # the set of objects to choose from changed
         try:
-            if resume_at == 0 and not read_whole_first(self.format, key):
+            if resume_at == 0 and not read_whole_first(self.format, key, str(path)):
                 self._validate(obj)
             self._skip(obj, resume_at)  # which also reads the first batch
         except Exception as exc:  # any exception from parsing input quarantines that object

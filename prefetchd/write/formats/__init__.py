@@ -60,13 +60,13 @@ def object_frames(fmt: Format, key: str, path: str) -> Iterator[Frames]:
     return batched(fmt.records(key, path))
 
 
-def read_whole_first(fmt: Format, key: str) -> bool:
+def read_whole_first(fmt: Format, key: str, path: str) -> bool:
     """Whether ``fmt`` reads or checks all of the object before it gives its first record
-    (``raw``: one record; uncompressed ``tfrecord``: indexed first), so a bad object fails
-    before any record is taken; other formats are read through once first (the writer's
-    ``_validate``)."""
+    (``raw``: one record; an uncompressed ``tfrecord`` object of one batch), so a bad object
+    fails before any record is taken; other objects are read through once first (the
+    writer's ``_validate``)."""
     method = getattr(fmt, "read_whole_first", None)
-    return bool(method(key)) if method is not None else False
+    return bool(method(key, path)) if method is not None else False
 
 
 def shuffled_object_frames(

@@ -24,7 +24,7 @@ class RawFormat:
     def __init__(self, max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> None:
         self.max_record_size = max_record_size
 
-    def read_whole_first(self, key: str) -> bool:
+    def read_whole_first(self, key: str, path: str) -> bool:
         """One record per object: it is whole or it is not written."""
         return True
 

@@ -34,9 +34,12 @@ class TFRecordFormat:
     def __init__(self, max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> None:
         self.max_record_size = max_record_size
 
-    def read_whole_first(self, key: str) -> bool:
-        """An uncompressed object is indexed (every length checked) before its first frame."""
-        return compression_of(key) is None
+    def read_whole_first(self, key: str, path: str) -> bool:
+        """An uncompressed object is indexed (every length checked) before its first frame,
+        and its first batch of frames (data CRCs checked) is all of it up to ``BATCH_BYTES``.
+        A larger one can fail a data CRC after frames were taken (an object the store holds
+        corrupt: the downloader publishes it when its MD5 ETag matches)."""
+        return compression_of(key) is None and os.path.getsize(path) <= BATCH_BYTES
 
     def records(self, key: str, path: str) -> Iterator[bytes]:
         limit = self.max_record_size
