@@ -28,12 +28,14 @@ class Reason(enum.StrEnum):
 
 class RecordTooLarge(CorruptObject):
     """One record (line, tar sample, raw object) is larger than ``output.max_record_size``;
-    raised while streaming, before its bytes are held."""
+    raised while streaming, before its bytes are held. ``exact``: ``size`` is the record's
+    size, not just how much of it was seen."""
 
-    def __init__(self, key: str, what: str, size: int, limit: int) -> None:
+    def __init__(self, key: str, what: str, size: int, limit: int, *, exact: bool = False) -> None:
+        more = "" if exact else " or more"
         super().__init__(
             key,
-            f"{what} of {format_size(size)} ({size} bytes) or more is over "
+            f"{what} of {format_size(size)} ({size} bytes){more} is over "
             f"{MAX_RECORD_KEY} = {format_size(limit)}",
         )
         self.size = size
@@ -43,8 +45,11 @@ class RecordTooLarge(CorruptObject):
 class ParseTimeout(CorruptObject):
     """A format plugin ran longer than ``source.parse_timeout`` on one object."""
 
-    def __init__(self, key: str, spec: str, limit: float) -> None:
-        super().__init__(key, f"{spec} ran over {PARSE_TIMEOUT_KEY} = {limit:g} s")
+    def __init__(self, key: str, spec: str, limit: float, *, killed: int = 0) -> None:
+        what = f"ran over {PARSE_TIMEOUT_KEY} = {limit:g} s"
+        if killed:
+            what = f"never finished it: its writer was stopped {killed} times while reading it"
+        super().__init__(key, f"{spec} {what}")
 
 
 class PluginError(CorruptObject):

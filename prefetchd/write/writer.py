@@ -52,6 +52,7 @@ from prefetchd.seeds import mixing_rng, object_rng
 from prefetchd.supervise.child import ChildContext
 from prefetchd.supervise.child_report import Activity, QuarantineCounter, WriterCounters
 from prefetchd.write import core, pycore
+from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import (
     Format,
     get_format,
@@ -62,7 +63,7 @@ from prefetchd.write.formats import (
 from prefetchd.write.formats.plugin import PluginFormat, PluginHeartbeat
 from prefetchd.write.frames import EMPTY, Frames
 from prefetchd.write.journal import Journal, JournalEntry
-from prefetchd.write.quarantine import Reason, classify
+from prefetchd.write.quarantine import ParseTimeout, Reason, classify
 from prefetchd.write.shards import ShardFile
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ class Writer:
         self.oldest_epoch = 0  # lowest epoch not yet complete, as far as this writer knows
         self.prefix = writer_claim_prefix(index)
         self.journal = Journal(self.layout.journal / f"w{index}.log")
+        self.attempts = ParseAttempts(self.layout.journal / f"w{index}.parsing")
         self.open: list[OpenObject] = []
         self.finished: list[OpenObject] = []  # drained, deleted once their shard is published
         self.shard: ShardFile | None = None
@@ -475,9 +477,20 @@ class Writer:
     def _validate(self, obj: OpenObject) -> None:
         """Parse the whole object once, keeping nothing, before any of its records is taken:
         a bad object is then quarantined with none of its records in a shard (see "Hostile
-        input" in docs/reliability.md). Raises what the format raises."""
-        for _ in object_frames(self.format, obj.key, str(obj.path)):
-            self._report()  # a large object takes a while: stay visibly alive
+        input" in docs/reliability.md). Raises what the format raises; with a plugin, also
+        ``ParseTimeout`` once reads of this object were cut short ``MAX_ATTEMPTS`` times
+        (``attempts.py``)."""
+        plugin = isinstance(self.format, PluginFormat)
+        if plugin and self.attempts.begin(obj.name) > MAX_ATTEMPTS:
+            self.attempts.end(obj.name)
+            spec, limit = self.config.source.format, self.config.source.parse_timeout
+            raise ParseTimeout(obj.key, spec, limit, killed=MAX_ATTEMPTS)
+        try:
+            for _ in object_frames(self.format, obj.key, str(obj.path)):
+                self._report()  # a large object takes a while: stay visibly alive
+        finally:
+            if plugin:
+                self.attempts.end(obj.name)
 
     @staticmethod
     def _skip(obj: OpenObject, count: int) -> None:

@@ -42,7 +42,7 @@ class RawFormat:
         """The object's (decompressed) bytes; raises ``RecordTooLarge`` over the limit."""
         limit = self.max_record_size
         if compression_of(key) is None and os.stat(path).st_size > limit:
-            raise RecordTooLarge(key, "raw object", os.stat(path).st_size, limit)
+            raise RecordTooLarge(key, "raw object", os.stat(path).st_size, limit, exact=True)
         with open_object(key, path, buffered=buffered) as f:
             data = f.read(limit + 1)
         if len(data) > limit:

@@ -99,4 +99,4 @@ class TFRecordFormat:
         ends.append(size)
         longest = max(map(operator.sub, ends, starts), default=0) - FRAME_OVERHEAD
         if longest > self.max_record_size:
-            raise RecordTooLarge(key, "a record", longest, self.max_record_size)
+            raise RecordTooLarge(key, "a record", longest, self.max_record_size, exact=True)
