@@ -48,7 +48,7 @@ class ParseTimeout(CorruptObject):
     def __init__(self, key: str, spec: str, limit: float, *, killed: int = 0) -> None:
         what = f"ran over {PARSE_TIMEOUT_KEY} = {limit:g} s"
         if killed:
-            what = f"never finished it: its writer was stopped {killed} times while reading it"
+            what = f"never finished it: it hung until its writer was killed, {killed} times"
         super().__init__(key, f"{spec} {what}")
 
 

@@ -478,10 +478,10 @@ class Writer:
         """Parse the whole object once, keeping nothing, before any of its records is taken:
         a bad object is then quarantined with none of its records in a shard (see "Hostile
         input" in docs/reliability.md). Raises what the format raises; with a plugin, also
-        ``ParseTimeout`` once reads of this object were cut short ``MAX_ATTEMPTS`` times
-        (``attempts.py``)."""
+        ``ParseTimeout`` once ``MAX_ATTEMPTS`` reads of this object hung until the writer was
+        killed (``attempts.py``)."""
         plugin = isinstance(self.format, PluginFormat)
-        if plugin and self.attempts.begin(obj.name) > MAX_ATTEMPTS:
+        if plugin and self.attempts.begin(obj.name) >= MAX_ATTEMPTS:
             self.attempts.end(obj.name)
             spec, limit = self.config.source.format, self.config.source.parse_timeout
             raise ParseTimeout(obj.key, spec, limit, killed=MAX_ATTEMPTS)

@@ -218,7 +218,7 @@ def digest(record: bytes) -> str:
     return hashlib.sha256(record).hexdigest()
 
 
-def expected(fmt: str, key: str, path: Path) -> list[bytes] | None:
+def expected(fmt: str, key: str, path: Path, limit: int = MAX_RECORD) -> list[bytes] | None:
     """The object's records as the reference reader gives them, or None if it cannot be read."""
     first = path.read_bytes()[:8]
     if fmt == "plugin" and (first.startswith(b"HANG") or first.startswith(b"SWALLOW")):
@@ -226,11 +226,9 @@ def expected(fmt: str, key: str, path: Path) -> list[bytes] | None:
     try:
         if fmt == "plugin":
             return list(
-                get_format("hostile_plugin:records", max_record_size=MAX_RECORD).records(
-                    key, str(path)
-                )
+                get_format("hostile_plugin:records", max_record_size=limit).records(key, str(path))
             )
-        return list(get_format(fmt, max_record_size=MAX_RECORD).records(key, str(path)))
+        return list(get_format(fmt, max_record_size=limit).records(key, str(path)))
     except Exception:
         return None
 
@@ -242,7 +240,12 @@ class Upload:
 
 
 def upload_each(
-    s3_client: Any, bucket: str, fmt: str, objects: list[tuple[str, bytes]], tmp: Path
+    s3_client: Any,
+    bucket: str,
+    fmt: str,
+    objects: list[tuple[str, bytes]],
+    tmp: Path,
+    limit: int = MAX_RECORD,
 ) -> Upload:
     """Put ``(key suffix, body)`` objects as ``data/NNNN<suffix>``; what should arrive."""
     result = Upload()
@@ -251,7 +254,7 @@ def upload_each(
         s3_client.put_object(Bucket=bucket, Key=key, Body=data)
         local = tmp / f"object-{i}"
         local.write_bytes(data)
-        records = expected(fmt, key, local)
+        records = expected(fmt, key, local, limit)
         if records is None:
             result.bad.append(key)
         else:
@@ -496,3 +499,36 @@ def test_a_raw_object_larger_than_the_ram_budget_is_quarantined_not_waited_for(
     assert reasons(outcome.status) == {"too_large": 1}
     line = next(ln for ln in outcome.log.splitlines() if "0002.bin" in ln)
     assert "output.max_record_size = 5.3 MiB" in line, line
+
+
+def test_records_just_under_the_limit_stay_within_the_memory_bound(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Invariant 8 where it is tightest: every writer busy with 60 MiB lines under the default
+    64 MiB limit (held while read, framed, shuffled and written)."""
+    rng = random.Random(8)
+    big = [
+        (".jsonl.gz", gzip.compress(b"a\n" + bytes([65 + i]) * (60 * MIB) + b"\nz\n", 1))
+        for i in range(4)
+    ]
+    objects = [*healthy("lines", 2, 9), *big, *healthy("lines", 2, 10)]
+    rng.shuffle(objects)
+    upload = upload_each(s3_client, bucket, "lines", objects, tmp_path, 64 * MIB)
+    assert not upload.bad
+    outcome = run_epoch(
+        tmp_path,
+        write_config,
+        run_daemon,
+        "lines",
+        output__max_record_size=DELETE,
+        output__ram_budget="512MiB",
+        output__shard_size="64MiB",
+        output__mix=int(os.environ.get("QMIX", "4")),
+        download__window="64MiB",
+    )
+    assert outcome.max_record_size == 64 * MIB
+    check(outcome, upload)

@@ -52,12 +52,15 @@ class LinesFormat:
                 buf = pending + chunk if pending else chunk
                 if pending:
                     self._check_first_line(key, number, buf, final=not chunk)
-                data, ends, used, number = core.IMPL.frame_lines(buf, key_bytes, number, not chunk)
+                final = not chunk
+                data, ends, used, number = core.IMPL.frame_lines(buf, key_bytes, number, final)
+                # drop the input before handing the frames on: a suspended generator would
+                # otherwise hold a large line twice (its bytes and its frame) per open object
+                pending, chunk, buf = buf[used:], b"", b""
                 if len(data):
                     yield Frames.of(data, ends)
-                if not chunk:
+                if final:
                     return
-                pending = buf[used:]
 
     def _room(self, key: str, number: int, pending: bytes) -> int:
         """How much more a carried partial line may grow; raises once it is over the limit."""

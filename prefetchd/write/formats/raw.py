@@ -36,7 +36,9 @@ class RawFormat:
         """The one record of ``records``, framed in one call (one copy of the data)."""
         data = self._data(key, path, buffered=False)
         sample = sorted_features({"key": key.encode("utf-8", "surrogateescape"), "data": data})
-        yield Frames.of(*core.IMPL.frame_examples([sample]))
+        frames = Frames.of(*core.IMPL.frame_examples([sample]))
+        del data, sample  # not held twice while the writer holds the frame
+        yield frames
 
     def _data(self, key: str, path: str, *, buffered: bool) -> bytes:
         """The object's (decompressed) bytes; raises ``RecordTooLarge`` over the limit."""

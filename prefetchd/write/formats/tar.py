@@ -108,6 +108,7 @@ class _FastScan:
                     batch = Frames.of(data, ends)
                     if len(batch) and batch.largest() > self.limit:
                         return  # a sample this large: the reference reader measures it
+                    rest, chunk, buf = buf[used:], b"", b""  # not held while the batch is
                     if len(batch):
                         self.samples += len(batch)
                         yield batch
@@ -116,7 +117,7 @@ class _FastScan:
                         return
                     if status > self.limit + BATCH_BYTES:
                         return  # a sample this large: the reference reader measures it
-                    pending, need, at_start = buf[used:], status, at_start and used == 0
+                    pending, need, at_start = rest, status, at_start and used == 0
         except CorruptObject:
             return  # damaged compressed data: the reference reader fails on it as it always did
 

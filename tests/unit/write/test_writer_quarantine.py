@@ -135,8 +135,8 @@ def test_a_plugin_that_never_finishes_an_object_is_given_up_after_max_attempts(
     config, names = prepare(
         tmp_path, "hostile_plugin:records", [("a.txt", b"a one\na two\n"), ("b.txt", b"b\n")]
     )
-    note = ParseAttempts(Layout.of(config).journal / "w0.parsing")
-    for _ in range(MAX_ATTEMPTS):  # three writers killed while the plugin read b.txt
+    note = ParseAttempts(Layout.of(config).journal / "w0.parsing", clock=FakeClock())
+    for _ in range(MAX_ATTEMPTS + 1):  # three writers killed for hanging while reading b.txt
         note.begin(names[1])
     got, counters = run(config, 2)
     assert got == Counter([b"a one", b"a two"]), "a.txt delivered, b.txt given up"
@@ -144,16 +144,33 @@ def test_a_plugin_that_never_finishes_an_object_is_given_up_after_max_attempts(
     assert not note.path.exists()
 
 
-def test_parse_attempts_count_only_reads_of_one_object_that_never_ended(tmp_path: Path) -> None:
-    note = ParseAttempts(tmp_path / "w0.parsing")
-    assert note.begin("a") == 1 and note.begin("a") == 2
-    assert note.begin("b") == 1, "each object counts its own reads"
+class FakeClock:
+    """CLOCK_MONOTONIC stand-in: each reading is 40 s after the last (longer than a hang)."""
+
+    def __init__(self, step: float = 40.0) -> None:
+        self.now, self.step = 1000.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_only_reads_cut_short_after_a_hang_count(tmp_path: Path) -> None:
+    clock = FakeClock(step=0.0)
+    note = ParseAttempts(tmp_path / "w0.parsing", clock=clock)
+    assert note.begin("a") == 0
+    clock.now += 40  # the writer hung 40 s on "a" and was killed
+    assert note.begin("a") == 1
+    clock.now += 1  # then it died at once (a crash, not a hang): not counted
+    assert note.begin("a") == 1
+    clock.now += 40
+    assert note.begin("b") == 0, "each object counts its own reads"
     note.end("b")
-    assert note.begin("a") == 3, "a read of another object that ended changes nothing"
+    assert note.begin("a") == 2, "a read of another object that ended changes nothing"
     note.end("a")
     assert not note.path.exists(), "no read cut short: no note"
     note.path.write_text("{torn")
-    assert note.begin("b") == 1
+    assert note.begin("a") == 0
 
 
 if sys.platform != "linux":  # pragma: no cover
