@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -28,6 +28,8 @@ BUILTIN_FORMATS = ("tfrecord", "raw", "lines", "tar")
 CLIENTS = ("classic", "crt")
 COMPRESSIONS = ("none", "gzip")
 ADDRESSING_STYLES = ("auto", "path", "virtual")
+DEFAULT_MAX_RECORD_SIZE = 64 * 1024**2
+DEFAULT_PARSE_TIMEOUT = 300.0
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
 _PLUGIN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
@@ -45,6 +47,7 @@ class SourceConfig:
     include: tuple[str, ...] = ("*",)
     format: str = "tfrecord"
     manifest: str | None = None
+    parse_timeout: float = DEFAULT_PARSE_TIMEOUT  # seconds a format plugin may spend on one object
 
     @property
     def bucket(self) -> str:
@@ -94,6 +97,7 @@ class OutputConfig:
     shard_size: int = 128 * 1024**2
     mix: int = 8
     compression: str = "none"
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE  # larger records quarantine their object
 
 
 @dataclass(frozen=True)
@@ -236,7 +240,8 @@ def config_from_dict(
     sharding = _resolve_sharding(data.get("sharding") or {}, trainer=trainer)
     config = Config(**{**sections, "sharding": sharding}, path=path)
     _check_cross_fields(config)
-    return config
+    output = data.get("output") or {}
+    return _fit_max_record_size(config, explicit="max_record_size" in output)
 
 
 class _Spec:
@@ -270,6 +275,17 @@ def _int_in(lo: int, hi: int) -> Callable[[object], int]:
         if not lo <= value <= hi:
             raise ValueError(f"expected a whole number from {lo} to {hi}")
         return value
+
+    return convert
+
+
+def _seconds_in(lo: float, hi: float) -> Callable[[object], float]:
+    def convert(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a number of seconds from {lo:g} to {hi:g}")
+        if not lo <= value <= hi:
+            raise ValueError(f"expected a number of seconds from {lo:g} to {hi:g}")
+        return float(value)
 
     return convert
 
@@ -396,6 +412,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
             "include": _Spec(_globs),
             "format": _Spec(_format),
             "manifest": _Spec(_optional(_manifest)),
+            "parse_timeout": _Spec(_seconds_in(1.0, 86_400.0)),
         },
     ),
     "sharding": (
@@ -427,6 +444,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
             "shard_size": _Spec(_size_in(64 * 1024, 64 * 1024**3)),
             "mix": _Spec(_int_in(1, 4096)),
             "compression": _Spec(_choice(*COMPRESSIONS)),
+            "max_record_size": _Spec(_size_in(1024**2, 4 * 1024**3)),
         },
     ),
     "status": (
@@ -491,6 +509,28 @@ def workers_from_tf_config(text: str | None) -> tuple[int, int]:
         f"sharding.num_workers is auto but TF_CONFIG task {kind}:{index} is not a chief or "
         "worker of the cluster"
     )
+
+
+def record_size_limit(out: OutputConfig) -> int:
+    """The largest ``output.max_record_size`` the RAM budget allows: every writer may hold
+    one record of that size in its shard while the trainers hold a shard each."""
+    return out.ram_budget // (out.writers + 1)
+
+
+def _fit_max_record_size(config: Config, *, explicit: bool) -> Config:
+    """``config`` with ``output.max_record_size`` checked against ``output.ram_budget``: a
+    value set in the file that cannot fit is a ``ConfigError`` naming the key; the default
+    shrinks to the limit (a small ``ram_budget`` stays a valid config without the key)."""
+    out = config.output
+    limit = record_size_limit(out)
+    if out.max_record_size <= limit:
+        return config
+    if explicit:
+        raise ConfigError(
+            f"output.max_record_size: {format_size(out.max_record_size)} is too large: it must "
+            f"be at most output.ram_budget / (output.writers + 1) = {format_size(limit)}"
+        )
+    return replace(config, output=replace(out, max_record_size=limit))
 
 
 def _check_cross_fields(config: Config) -> None:

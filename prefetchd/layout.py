@@ -26,6 +26,7 @@ Every directory is created private (0700) and every file is created with ``O_EXC
         children/<child>.json     each child's counters and heartbeat
         progress/e<k>.log         hashes of objects the downloader published in epoch k
         journal/w<i>.log          writer i's shard commits (what each shard consumed)
+        journal/w<i>.parsing      the object writer i's format plugin reads now (write/attempts.py)
         epochs/<k>.downloaded     epoch k fully downloaded (written by the downloader)
         epochs/<k>.complete       every shard of epoch k published (written by the supervisor)
         epochs/<k>.keep.json      download.keep's hits and misses in epoch k (the downloader)

@@ -39,6 +39,14 @@ class FramingError(ValueError):
         self.reason = reason
 
 
+class RecordTooLong(FramingError):
+    """A frame whose (CRC-checked) length is over the reader's ``max_length``."""
+
+    def __init__(self, offset: int, length: int) -> None:
+        super().__init__(offset, f"record of {length} bytes is over the limit")
+        self.length = length
+
+
 def masked_crc(data: bytes | memoryview) -> int:
     crc: int = google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _U32
@@ -70,11 +78,14 @@ def _read_at_most(stream: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
-def read_records(stream: BinaryIO, *, start_offset: int = 0) -> Iterator[bytes]:
+def read_records(
+    stream: BinaryIO, *, start_offset: int = 0, max_length: int | None = None
+) -> Iterator[bytes]:
     """Yield each record's data from ``stream``, checking both CRCs of every frame.
 
-    Raises ``FramingError`` on a bad CRC or a truncated frame; a clean end of stream between
-    frames ends the iteration.
+    Raises ``FramingError`` on a bad CRC or a truncated frame, ``RecordTooLong`` (before
+    reading it) for a record over ``max_length``; a clean end of stream between frames ends
+    the iteration.
     """
     offset = start_offset
     while True:
@@ -86,6 +97,8 @@ def read_records(stream: BinaryIO, *, start_offset: int = 0) -> Iterator[bytes]:
         length, length_crc = _HEADER.unpack(header)
         if masked_crc(header[:8]) != length_crc:
             raise FramingError(offset, "length CRC mismatch (not a TFRecord, or corrupt)")
+        if max_length is not None and length > max_length:
+            raise RecordTooLong(offset, length)
         data = _read_at_most(stream, length)
         footer = stream.read(FOOTER_SIZE)
         if len(data) < length or len(footer) < FOOTER_SIZE:

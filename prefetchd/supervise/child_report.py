@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from prefetchd.wire import scalar_fields
 
@@ -127,6 +127,19 @@ class WriterCounters(TypedDict):
     ram_wait_s: float
     objects_open: int
     activity: Activity
+    objects_quarantined: int  # objects set aside for good (docs/status.md), by reason:
+    quarantined_corrupt: int
+    quarantined_too_large: int
+    quarantined_timeout: int
+    quarantined_plugin_error: int
+
+
+QuarantineCounter = Literal[
+    "quarantined_corrupt",
+    "quarantined_too_large",
+    "quarantined_timeout",
+    "quarantined_plugin_error",
+]
 
 
 @dataclass(frozen=True)
@@ -152,6 +165,11 @@ class Counts:
     objects_consumed: int = 0
     retries: int = 0
     errors: int = 0
+    objects_quarantined: int = 0
+    quarantined_corrupt: int = 0
+    quarantined_too_large: int = 0
+    quarantined_timeout: int = 0
+    quarantined_plugin_error: int = 0
 
     def __add__(self, other: Counts) -> Counts:
         return Counts(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))

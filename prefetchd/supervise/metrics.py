@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from prefetchd.errors import RuntimeFailure
 from prefetchd.supervise.states import DaemonState
-from prefetchd.supervise.status_record import VERDICTS, StatusRecord
+from prefetchd.supervise.status_record import VERDICTS, StatusRecord, quarantined_by_reason
 
 LISTEN_ADDRESS = "127.0.0.1"  # never another interface: the figures are for this host
 
@@ -73,6 +73,12 @@ METRICS = (
     Figure("prefetchd_written_bytes", "counter", "bytes_written", "Bytes of shards published"),
     Figure("prefetchd_retries", "counter", "retries", "Requests retried"),
     Figure("prefetchd_errors", "counter", "errors", "Objects skipped or quarantined"),
+    Figure(
+        "prefetchd_objects_quarantined",
+        "counter",
+        "objects_quarantined",
+        "Objects set aside because parsing them failed",
+    ),
     Figure(
         "prefetchd_consumer_wait_seconds",
         "counter",
@@ -150,6 +156,7 @@ LABELLED = (
     ("prefetchd_child_up", "gauge", "1 while the child process is alive", "child"),
     ("prefetchd_child_healthy", "gauge", "1 while the child runs and reports", "child"),
     ("prefetchd_child_restarts", "counter", "Restarts of the child process", "child"),
+    ("prefetchd_quarantined", "counter", "Objects quarantined, by reason", "reason"),
 )
 
 
@@ -192,6 +199,12 @@ class StatusCollector(Collector):
             healthy.add_metric([child], 1.0 if info.healthy else 0.0)
             restarts.add_metric([child], float(info.restarts))
         yield from (up, healthy, restarts)
+        quarantined = CounterMetricFamily(
+            "prefetchd_quarantined", LABELLED[5][2], labels=["reason"]
+        )
+        for reason, count in quarantined_by_reason(status.counts).items():
+            quarantined.add_metric([reason], float(count))
+        yield quarantined
 
 
 class MetricsServer:

@@ -23,7 +23,7 @@ from prefetchd.logs import escape_key
 from prefetchd.sizes import format_size
 from prefetchd.supervise.child_report import ChildReport, Counts
 from prefetchd.supervise.states import DaemonState
-from prefetchd.supervise.status_record import StatusRecord
+from prefetchd.supervise.status_record import StatusRecord, quarantined_by_reason
 
 RATE_WINDOW = 10.0  # seconds of history behind the rates
 HEARTBEAT_STALE = 15.0  # a status older than this means the daemon is not running
@@ -371,7 +371,17 @@ def _epochs(s: StatusRecord) -> list[str]:
         )
     counts = s.counts
     lines.append(f"  retries       {counts.retries}, errors {counts.errors}{_integrity(counts)}")
+    lines.extend(_quarantined(counts))
     return lines
+
+
+def _quarantined(counts: Counts) -> list[str]:
+    """The quarantine line of the table, shown only when an object was quarantined."""
+    if not counts.objects_quarantined:
+        return []
+    reasons = quarantined_by_reason(counts)
+    text = ", ".join(f"{n} {reason}" for reason, n in reasons.items() if n)
+    return [f"  quarantined   {counts.objects_quarantined} objects ({text})"]
 
 
 def _children(s: StatusRecord) -> list[str]:

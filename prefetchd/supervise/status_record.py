@@ -165,6 +165,7 @@ class StatusRecord:
         record["children"] = {name: asdict(c) for name, c in self.children.items()}
         record["last_errors"] = [asdict(e) for e in self.last_errors]
         record["bottleneck"] = self.bottleneck.to_json() if self.bottleneck else None
+        record["quarantined_by_reason"] = quarantined_by_reason(self.counts)
         return {**self.extra, **record}
 
     @classmethod
@@ -195,6 +196,16 @@ class StatusRecord:
         return cls(**decoded)
 
 
+def quarantined_by_reason(counts: Counts) -> dict[str, int]:
+    """``objects_quarantined`` split by reason (the codes of ``write.quarantine.Reason``)."""
+    return {
+        "corrupt": counts.quarantined_corrupt,
+        "too_large": counts.quarantined_too_large,
+        "timeout": counts.quarantined_timeout,
+        "plugin_error": counts.quarantined_plugin_error,
+    }
+
+
 def _list(raw: Any) -> list[Any]:
     return raw if isinstance(raw, list) else []
 
@@ -203,3 +214,4 @@ _STRUCTURED = frozenset(
     {"counts", "epochs", "keep_epochs", "children", "last_errors", "bottleneck", "extra"}
 )
 _KNOWN = (field_names(StatusRecord) - {"counts", "extra"}) | field_names(Counts)
+_KNOWN |= {"quarantined_by_reason"}  # derived from the counts, never kept as extra

@@ -49,9 +49,10 @@ def _feature(value: FeatureValue) -> bytes:
 
 
 def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
-    """Serialize a tf.train.Example; entries are written in sorted key order (deterministic)."""
+    """Serialize a tf.train.Example; entries are written in sorted key order (deterministic).
+    A name holding surrogate escapes is written as the bytes they stand for."""
     entries = b"".join(
-        _field(1, _field(1, name.encode("utf-8")) + _field(2, _feature(features[name])))
+        _field(1, _field(1, _name(name)) + _field(2, _feature(features[name])))
         for name in sorted(features)
     )
     return _field(1, entries)
@@ -60,4 +61,10 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 def sorted_features(features: Mapping[str, FeatureValue]) -> list[tuple[bytes, FeatureValue]]:
     """``features`` as the C core's ``frame_examples`` takes them: ``(UTF-8 name, value)`` in
     the order ``encode_example`` writes them (UTF-8 byte order is code point order)."""
-    return [(name.encode("utf-8"), features[name]) for name in sorted(features)]
+    return [(_name(name), features[name]) for name in sorted(features)]
+
+
+def _name(name: str) -> bytes:
+    """A feature name's bytes: UTF-8, and a name decoded from bytes that are not UTF-8 (a
+    tar member's extension, decoded with ``surrogateescape``) as those original bytes."""
+    return name.encode("utf-8", "surrogateescape")

@@ -7,6 +7,8 @@ batches of its open objects into a shard. Per-record work happens inside one cal
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,11 @@ class Frames:
     def start(self, i: int) -> int:
         """Where frame ``i`` starts in ``data``."""
         return self.ends[i - 1] if i else 0
+
+    def largest(self) -> int:
+        """The size of the largest frame (``map`` does the work: no Python code per frame)."""
+        starts = itertools.chain((0,), self.ends[:-1])
+        return max(map(operator.sub, self.ends, starts), default=0)
 
     def payloads(self) -> Iterator[bytes]:
         """Each frame's record data (for tests and the record-level API; not the hot path)."""

@@ -74,7 +74,12 @@ def frame_records(payloads: Sequence[bytes]) -> Batch:
 def frame_examples(samples: list[list[tuple[bytes, bytes | int]]]) -> Batch:
     """Frame each sample as a tf.train.Example: a list of ``(name, value)`` sorted by name
     (``example.sorted_features``), values bytes or int64."""
-    return _batch([frame(encode_example({n.decode(): v for n, v in s})) for s in samples])
+    return _batch(
+        [
+            frame(encode_example({n.decode("utf-8", "surrogateescape"): v for n, v in s}))
+            for s in samples
+        ]
+    )
 
 
 _BLOCK = 512

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefetchd.budget import Interrupted, RamBudget, ram_chunk
-from prefetchd.errors import CorruptObject
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
@@ -51,11 +50,20 @@ from prefetchd.layout import (
 )
 from prefetchd.seeds import mixing_rng, object_rng
 from prefetchd.supervise.child import ChildContext
-from prefetchd.supervise.child_report import Activity, WriterCounters
+from prefetchd.supervise.child_report import Activity, QuarantineCounter, WriterCounters
 from prefetchd.write import core, pycore
-from prefetchd.write.formats import Format, get_format, object_frames, shuffled_object_frames
+from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
+from prefetchd.write.formats import (
+    Format,
+    get_format,
+    object_frames,
+    read_whole_first,
+    shuffled_object_frames,
+)
+from prefetchd.write.formats.plugin import PluginFormat, PluginHeartbeat
 from prefetchd.write.frames import EMPTY, Frames
 from prefetchd.write.journal import Journal, JournalEntry
+from prefetchd.write.quarantine import ParseTimeout, Reason, classify
 from prefetchd.write.shards import ShardFile
 
 log = logging.getLogger(__name__)
@@ -93,6 +101,20 @@ class OpenObject:
     taken: int = 0
 
 
+_REASON_COUNTER: dict[Reason, QuarantineCounter] = {
+    Reason.CORRUPT: "quarantined_corrupt",
+    Reason.TOO_LARGE: "quarantined_too_large",
+    Reason.TIMEOUT: "quarantined_timeout",
+    Reason.PLUGIN_ERROR: "quarantined_plugin_error",
+}
+
+
+def escape_key(text: str) -> str:
+    """``text`` on one printable line: an object key may hold newlines, control characters
+    or ANSI escapes that would forge or garble log lines."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _reuse_freed_memory() -> None:
     """Have glibc keep freed batch buffers for reuse instead of unmapping them.
 
@@ -127,8 +149,12 @@ class Writer:
         self.index = index
         self.config = ctx.config
         self.layout = ctx.layout
-        self.format: Format = get_format(self.config.source.format)
         out = self.config.output
+        self.format: Format = get_format(
+            self.config.source.format,
+            max_record_size=out.max_record_size,
+            parse_timeout=self.config.source.parse_timeout,
+        )
         self.budget = RamBudget(
             self.layout,
             out.ram_budget,
@@ -139,6 +165,7 @@ class Writer:
         self.oldest_epoch = 0  # lowest epoch not yet complete, as far as this writer knows
         self.prefix = writer_claim_prefix(index)
         self.journal = Journal(self.layout.journal / f"w{index}.log")
+        self.attempts = ParseAttempts(self.layout.journal / f"w{index}.parsing")
         self.open: list[OpenObject] = []
         self.finished: list[OpenObject] = []  # drained, deleted once their shard is published
         self.shard: ShardFile | None = None
@@ -165,6 +192,11 @@ class Writer:
             ram_wait_s=0.0,
             objects_open=0,
             activity=Activity.STARTING,
+            objects_quarantined=0,
+            quarantined_corrupt=0,
+            quarantined_too_large=0,
+            quarantined_timeout=0,
+            quarantined_plugin_error=0,
         )
 
     # --- boot and recovery --------------------------------------------------------------------
@@ -175,11 +207,18 @@ class Writer:
         self._recover()
         self.ctx.ready = True
         self.ctx.report(force=True)
-        with Watch(self.layout.cache_ready, IN_MOVED_TO) as arrivals:
+        with Watch(self.layout.cache_ready, IN_MOVED_TO) as arrivals, self._plugin_heartbeat():
             self.arrivals = arrivals
             with contextlib.suppress(Interrupted):
                 self._loop()
             self._stop()
+
+    def _plugin_heartbeat(self) -> contextlib.AbstractContextManager[object]:
+        """With a plugin format, a thread that reports while the plugin's code runs (a slow
+        object within ``source.parse_timeout`` must not look like a hung writer)."""
+        if not isinstance(self.format, PluginFormat):
+            return contextlib.nullcontext()
+        return PluginHeartbeat(self.format, lambda: self.ctx.report(force=True), 1.0)
 
     def _recover(self) -> None:
         last = self.journal.last()
@@ -286,7 +325,7 @@ class Writer:
         except StopIteration:
             self._drained(obj)
             return
-        except CorruptObject as exc:
+        except Exception as exc:  # any exception from parsing input quarantines that object
             self._quarantine(obj, exc)
             return
         obj.frames, obj.cursor = frames, 0
@@ -429,9 +468,29 @@ class Writer:
         self.open.append(obj)
         self.picks = b""  # the set of objects to choose from changed
         try:
+            if resume_at == 0 and not read_whole_first(self.format, key, str(path)):
+                self._validate(obj)
             self._skip(obj, resume_at)  # which also reads the first batch
-        except CorruptObject as exc:
+        except Exception as exc:  # any exception from parsing input quarantines that object
             self._quarantine(obj, exc)
+
+    def _validate(self, obj: OpenObject) -> None:
+        """Parse the whole object once, keeping nothing, before any of its records is taken:
+        a bad object is then quarantined with none of its records in a shard (see "Hostile
+        input" in docs/reliability.md). Raises what the format raises; with a plugin, also
+        ``ParseTimeout`` once ``MAX_ATTEMPTS`` reads of this object hung until the writer was
+        killed (``attempts.py``)."""
+        plugin = isinstance(self.format, PluginFormat)
+        if plugin and self.attempts.begin(obj.name) >= MAX_ATTEMPTS:
+            self.attempts.end(obj.name)
+            spec, limit = self.config.source.format, self.config.source.parse_timeout
+            raise ParseTimeout(obj.key, spec, limit, killed=MAX_ATTEMPTS)
+        try:
+            for _ in object_frames(self.format, obj.key, str(obj.path)):
+                self._report()  # a large object takes a while: stay visibly alive
+        finally:
+            if plugin:
+                self.attempts.end(obj.name)
 
     @staticmethod
     def _skip(obj: OpenObject, count: int) -> None:
@@ -462,11 +521,25 @@ class Writer:
         self.finished.append(obj)
         self.counters["objects_consumed"] += 1
 
-    def _quarantine(self, obj: OpenObject, exc: CorruptObject) -> None:
-        log.error("quarantined s3://%s/%s: %s", self.config.source.bucket, obj.key, exc.reason)
-        self.ctx.error(obj.key, exc.reason)
+    def _quarantine(self, obj: OpenObject, exc: Exception) -> None:
+        """Set ``obj`` aside for good: deleted at once (so a restart cannot count it again),
+        logged once with its key and the reason, counted under its ``Reason``."""
+        reason, message = classify(exc)
+        self.open.remove(obj)
+        self.picks = b""  # the set of objects to choose from changed
+        self._delete_raw(obj.name)
+        log.error(
+            "quarantined s3://%s/%s (%s): %s",
+            self.config.source.bucket,
+            escape_key(obj.key),
+            reason.value,
+            escape_key(message),
+        )
+        self.ctx.error(obj.key, message)
         self.counters["errors"] += 1
-        self._drained(obj)
+        self.counters["objects_consumed"] += 1
+        self.counters["objects_quarantined"] += 1
+        self.counters[_REASON_COUNTER[reason]] += 1
 
     # --- commit -------------------------------------------------------------------------------
 

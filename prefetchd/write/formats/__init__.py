@@ -21,13 +21,15 @@ itself to get the same decompressed stream.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from random import Random
 from typing import Protocol, cast
 
-from prefetchd.errors import ConfigError, CorruptObject
+from prefetchd.config import DEFAULT_MAX_RECORD_SIZE, DEFAULT_PARSE_TIMEOUT
+from prefetchd.errors import ConfigError
 from prefetchd.write.formats.compressed import open_object
 from prefetchd.write.formats.lines import LinesFormat
+from prefetchd.write.formats.plugin import PluginFormat
 from prefetchd.write.formats.raw import RawFormat
 from prefetchd.write.formats.tar import TarFormat
 from prefetchd.write.formats.tfrecord import TFRecordFormat
@@ -40,6 +42,7 @@ __all__ = [
     "get_format",
     "object_frames",
     "open_object",
+    "read_whole_first",
     "shuffled_object",
     "shuffled_object_frames",
 ]
@@ -55,6 +58,15 @@ def object_frames(fmt: Format, key: str, path: str) -> Iterator[Frames]:
     if method is not None:
         return cast(Iterator[Frames], method(key, path))
     return batched(fmt.records(key, path))
+
+
+def read_whole_first(fmt: Format, key: str, path: str) -> bool:
+    """Whether ``fmt`` reads or checks all of the object before it gives its first record
+    (``raw``: one record; an uncompressed ``tfrecord`` object of one batch), so a bad object
+    fails before any record is taken; other objects are read through once first (the
+    writer's ``_validate``)."""
+    method = getattr(fmt, "read_whole_first", None)
+    return bool(method(key, path)) if method is not None else False
 
 
 def shuffled_object_frames(
@@ -82,26 +94,7 @@ def shuffled_object(
         yield from frames.payloads()
 
 
-class PluginFormat:
-    """``"package.module:function"``: user code ``function(key, path) -> Iterable[bytes]``."""
-
-    def __init__(self, spec: str, function: Callable[[str, str], Iterable[bytes]]) -> None:
-        self.spec = spec
-        self.function = function
-
-    def records(self, key: str, path: str) -> Iterator[bytes]:
-        try:
-            for record in self.function(key, path):
-                if not isinstance(record, bytes | bytearray | memoryview):
-                    raise TypeError(f"yielded {type(record).__name__}, expected bytes")
-                yield bytes(record)
-        except CorruptObject:
-            raise
-        except Exception as exc:  # user code: any failure quarantines this object only
-            raise CorruptObject(key, f"{self.spec} raised {type(exc).__name__}: {exc}") from exc
-
-
-_BUILTIN: dict[str, Callable[[], Format]] = {
+_BUILTIN: dict[str, Callable[[int], Format]] = {
     "tfrecord": TFRecordFormat,
     "raw": RawFormat,
     "lines": LinesFormat,
@@ -109,10 +102,17 @@ _BUILTIN: dict[str, Callable[[], Format]] = {
 }
 
 
-def get_format(spec: str) -> Format:
-    """The format named by ``source.format``; raises ``ConfigError`` if a plugin won't import."""
+def get_format(
+    spec: str,
+    *,
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    parse_timeout: float = DEFAULT_PARSE_TIMEOUT,
+) -> Format:
+    """The format named by ``source.format``, refusing records over ``max_record_size`` and
+    (a plugin) giving up on an object after ``parse_timeout`` seconds; raises
+    ``ConfigError`` if a plugin won't import."""
     if spec in _BUILTIN:
-        return _BUILTIN[spec]()
+        return _BUILTIN[spec](max_record_size)
     module_name, _, function_name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -123,4 +123,4 @@ def get_format(spec: str) -> Format:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise ConfigError(f"source.format: {module_name!r} has no function {function_name!r}")
-    return PluginFormat(spec, function)
+    return PluginFormat(spec, function, max_record_size, parse_timeout)

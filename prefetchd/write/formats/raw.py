@@ -1,27 +1,52 @@
 """``raw``: each object is one sample -> a tf.train.Example with ``key`` and ``data`` (bytes).
 
 A ``.gz`` or ``.zst`` object's ``data`` is its decompressed content; ``key`` is the object key.
+An object larger than ``output.max_record_size`` (decompressed) raises ``RecordTooLarge``
+before it is read whole: an uncompressed one by its size on disk, a compressed one after at
+most ``max_record_size + 1`` bytes were inflated, so a decompression bomb costs one limit of
+memory.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
+from prefetchd.config import DEFAULT_MAX_RECORD_SIZE
 from prefetchd.write import core
 from prefetchd.write.example import encode_example, sorted_features
-from prefetchd.write.formats.compressed import open_object
+from prefetchd.write.formats.compressed import compression_of, open_object
 from prefetchd.write.frames import Frames
+from prefetchd.write.quarantine import RecordTooLarge
 
 
 class RawFormat:
+    def __init__(self, max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> None:
+        self.max_record_size = max_record_size
+
+    def read_whole_first(self, key: str, path: str) -> bool:
+        """One record per object: it is whole or it is not written."""
+        return True
+
     def records(self, key: str, path: str) -> Iterator[bytes]:
-        with open_object(key, path) as f:
-            data = f.read()
+        data = self._data(key, path, buffered=True)
         yield encode_example({"key": key.encode("utf-8", "surrogateescape"), "data": data})
 
     def frames(self, key: str, path: str) -> Iterator[Frames]:
         """The one record of ``records``, framed in one call (one copy of the data)."""
-        with open_object(key, path, buffered=False) as f:
-            data = f.read()
+        data = self._data(key, path, buffered=False)
         sample = sorted_features({"key": key.encode("utf-8", "surrogateescape"), "data": data})
-        yield Frames.of(*core.IMPL.frame_examples([sample]))
+        frames = Frames.of(*core.IMPL.frame_examples([sample]))
+        del data, sample  # not held twice while the writer holds the frame
+        yield frames
+
+    def _data(self, key: str, path: str, *, buffered: bool) -> bytes:
+        """The object's (decompressed) bytes; raises ``RecordTooLarge`` over the limit."""
+        limit = self.max_record_size
+        if compression_of(key) is None and os.stat(path).st_size > limit:
+            raise RecordTooLarge(key, "raw object", os.stat(path).st_size, limit, exact=True)
+        with open_object(key, path, buffered=buffered) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise RecordTooLarge(key, "raw object (decompressed)", len(data), limit)
+        return data

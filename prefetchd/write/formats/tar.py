@@ -17,6 +17,13 @@ incomplete sample) is carried into the next one. Whatever it does not read exact
 skips the samples already framed: such tars cost what they always did, and give what they
 always gave. Real WebDataset output often has a pax header per member (WebDataset's writer
 stores a float ``mtime``), and then takes that slower path.
+
+Limits: a sample whose members hold more than ``output.max_record_size`` bytes raises
+``RecordTooLarge`` from the member header, before its data is read; so does a pax or GNU
+long-name header that large (``tarfile`` would read it whole). The fast reader leaves a batch
+holding a frame over the limit, or a sample it would need more than the limit (and a chunk) to
+hold, to the reference reader, which measures every sample exactly.
+A member name that is not UTF-8 is kept as its bytes (``surrogateescape``), never an error.
 """
 
 from __future__ import annotations
@@ -27,12 +34,15 @@ import logging
 import posixpath
 import tarfile
 from collections.abc import Iterator
+from typing import BinaryIO, cast
 
+from prefetchd.config import DEFAULT_MAX_RECORD_SIZE
 from prefetchd.errors import CorruptObject
 from prefetchd.write import core, pycore
 from prefetchd.write.example import FeatureValue, encode_example, sorted_features
 from prefetchd.write.formats.compressed import open_object
 from prefetchd.write.frames import BATCH_BYTES, Frames
+from prefetchd.write.quarantine import RecordTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -58,29 +68,33 @@ def _features(key: str, sample: dict[str, bytes]) -> dict[str, FeatureValue]:
 
 
 class TarFormat:
+    def __init__(self, max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> None:
+        self.max_record_size = max_record_size
+
     def records(self, key: str, path: str) -> Iterator[bytes]:
         """The reference reader's Examples, one at a time (the writer uses ``frames``)."""
-        return tarfile_records(key, path)
+        return tarfile_records(key, path, self.max_record_size)
 
     def frames(self, key: str, path: str) -> Iterator[Frames]:
         """The Examples of ``records``, framed, ~1 MiB of stream per batch: the fast reader's,
         then (if it gave up) the reference reader's from where it stopped. Raises what
         ``records`` raises; a batch the error cuts short is not yielded."""
-        scan = _FastScan()
+        scan = _FastScan(self.max_record_size)
         if UTF8_NAMES:
             yield from scan.frames(key, path)
         if not scan.complete:
             log.debug("%s: read with tarfile from sample %d on", key, scan.samples)
-            yield from _tarfile_frames(key, path, skip=scan.samples)
+            yield from _tarfile_frames(key, path, scan.samples, self.max_record_size)
 
 
 class _FastScan:
     """One pass of ``frame_tar`` over an object: how many samples it framed, and whether it
     read the whole tar (else the reference reader takes over)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = DEFAULT_MAX_RECORD_SIZE) -> None:
         self.samples = 0
         self.complete = False
+        self.limit = limit  # output.max_record_size
 
     def frames(self, key: str, path: str) -> Iterator[Frames]:
         try:
@@ -92,22 +106,27 @@ class _FastScan:
                     buf = pending + chunk if pending else chunk
                     data, ends, used, status = core.IMPL.frame_tar(buf, not chunk, at_start)
                     batch = Frames.of(data, ends)
+                    if len(batch) and batch.largest() > self.limit:
+                        return  # a sample this large: the reference reader measures it
+                    rest, chunk, buf = buf[used:], b"", b""  # not held while the batch is
                     if len(batch):
                         self.samples += len(batch)
                         yield batch
                     if status <= 0:
                         self.complete = status == pycore.TAR_END
                         return
-                    pending, need, at_start = buf[used:], status, at_start and used == 0
+                    if status > self.limit + BATCH_BYTES:
+                        return  # a sample this large: the reference reader measures it
+                    pending, need, at_start = rest, status, at_start and used == 0
         except CorruptObject:
             return  # damaged compressed data: the reference reader fails on it as it always did
 
 
-def _tarfile_frames(key: str, path: str, skip: int) -> Iterator[Frames]:
+def _tarfile_frames(key: str, path: str, skip: int, limit: int) -> Iterator[Frames]:
     """The samples of ``tarfile_samples`` after the first ``skip``, framed ~1 MiB per call."""
     batch: list[list[tuple[bytes, FeatureValue]]] = []
     size = 0
-    for name, sample in itertools.islice(tarfile_samples(key, path), skip, None):
+    for name, sample in itertools.islice(tarfile_samples(key, path, limit), skip, None):
         batch.append(sorted_features(_features(name, sample)))
         size += sum(len(v) for v in sample.values())
         if size >= BATCH_BYTES:
@@ -117,21 +136,49 @@ def _tarfile_frames(key: str, path: str, skip: int) -> Iterator[Frames]:
         yield Frames.of(*core.IMPL.frame_examples(batch))
 
 
-def tarfile_records(key: str, path: str) -> Iterator[bytes]:
+def tarfile_records(key: str, path: str, limit: int = DEFAULT_MAX_RECORD_SIZE) -> Iterator[bytes]:
     """The reference: each sample of ``tarfile_samples`` as a serialized Example."""
-    for name, sample in tarfile_samples(key, path):
+    for name, sample in tarfile_samples(key, path, limit):
         yield _example(name, sample)
 
 
-def tarfile_samples(key: str, path: str) -> Iterator[tuple[str, dict[str, bytes]]]:
+class _HeaderBound:
+    """The stream ``tarfile`` reads, refusing to feed it more than ``limit`` (and a block)
+    bytes between two members: ``tarfile`` reads a pax or GNU long-name header whole, so a
+    huge one would otherwise be held in memory before any member is seen."""
+
+    def __init__(self, key: str, stream: BinaryIO, limit: int) -> None:
+        self.key, self.stream, self.limit = key, stream, limit
+        self.since_member = 0
+        self.allowed = 0  # the data of the current member, which is read after its header
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.since_member += len(data)
+        if self.since_member > self.allowed + self.limit + BATCH_BYTES:
+            raise RecordTooLarge(self.key, "tar header", self.since_member, self.limit)
+        return data
+
+    def member(self, size: int) -> None:
+        """A member was parsed: its ``size`` bytes of data may follow."""
+        self.since_member, self.allowed = 0, size
+
+
+def tarfile_samples(
+    key: str, path: str, limit: int = DEFAULT_MAX_RECORD_SIZE
+) -> Iterator[tuple[str, dict[str, bytes]]]:
     """Each sample's name and its members' data by extension, in tar order, read with
-    Python's ``tarfile`` (the reference reader). Raises ``CorruptObject``."""
+    Python's ``tarfile`` (the reference reader). Raises ``CorruptObject`` (``RecordTooLarge``
+    for a sample over ``limit``, before its data is read)."""
     current: str | None = None
     sample: dict[str, bytes] = {}
-    with open_object(key, path) as stream:
+    held = 0
+    with open_object(key, path) as raw:
+        stream = _HeaderBound(key, raw, limit)
         try:
-            with tarfile.open(fileobj=stream, mode="r|") as tar:
+            with tarfile.open(fileobj=cast(BinaryIO, stream), mode="r|") as tar:
                 for member in tar:
+                    stream.member(member.size)
                     parts = split_member(member.name) if member.isreg() else None
                     if parts is None:
                         continue
@@ -141,7 +188,10 @@ def tarfile_samples(key: str, path: str) -> Iterator[tuple[str, dict[str, bytes]
                     if name != current:
                         if current is not None:
                             yield current, sample
-                        current, sample = name, {}
+                        current, sample, held = name, {}, 0
+                    held += member.size
+                    if held > limit:
+                        raise RecordTooLarge(key, f"tar sample {name!r}", held, limit)
                     if ext in sample:
                         raise CorruptObject(
                             key, f"member {member.name!r} appears twice in sample {name!r}"
