@@ -3,9 +3,11 @@
 A claim is an atomic rename of ``ready/<shard>`` to ``claimed/<owner>-<shard>``, so several
 trainer processes on one host get disjoint shards. The RAM of a claimed shard is given back
 without any acknowledgement from trainer code: a background thread watches ``claimed/`` with
-inotify and deletes a shard of ours when the last open handle on it is closed after it was
-opened at least once — never while TensorFlow still reads it. Shards claimed by a process that
-died are returned to ``ready/`` by the daemon (at-least-once across trainer crashes).
+inotify, and when a claim of ours is opened or closed (by any process) it looks at this
+process's own file handles (``/proc/self/fd``): a shard is deleted once this process has held
+it open and holds it no more — never while TensorFlow still reads it, and never because another
+process (a ``cat``, a backup, a virus scanner) opened and closed it. Shards claimed by a process
+that died are returned to ``ready/`` by the daemon (at-least-once across trainer crashes).
 """
 
 from __future__ import annotations
@@ -343,10 +345,21 @@ class ConsumerStats:
         return report.encode()
 
 
-class ShardReleaser:
-    """Deletes this process's claimed shards once they were opened and closed again.
+_UNREAD, _READING, _DOUBTFUL = -1, 1, 0  # states of a tracked claim (see ShardReleaser)
 
-    One per process and ``ram_dir``, shared by every ``ready_files()`` iterator in it.
+
+class ShardReleaser:
+    """Deletes this process's claimed shards once this process has read them.
+
+    One per process and ``ram_dir``, shared by every ``ready_files()`` iterator in it. A claim
+    is ``_UNREAD`` until a batch of inotify events touching it finds it among this process's
+    open files (``_READING``); it is deleted at the first such batch that finds it closed
+    again. The cost is one scan of ``/proc/self/fd`` per batch of events that touches a claim
+    of ours (about two per shard), nothing per record. A claim that was opened and closed
+    before any scan saw it open (a whole read faster than this thread wakes up, or another
+    process's) is ``_DOUBTFUL``: kept while this process lives, since deleting it could take
+    it from under a trainer that has yet to open it, and freed at exit, when nothing of this
+    process can still want it.
     """
 
     _instances: ClassVar[dict[Path, ShardReleaser]] = {}
@@ -377,7 +390,7 @@ class ShardReleaser:
         os.rename(tmp, lock)
         self._alive_lock = lock
         self.released = 0
-        self._opens: dict[str, int] = {}  # claimed name -> open handles (-1: never opened)
+        self._opens: dict[str, int] = {}  # claimed name -> _UNREAD | _READING | _DOUBTFUL
         self._retained: set[str] = set()  # claims of resumable streams: never deleted here
         self._lock = threading.Lock()
         self._watch = Watch(self.directory, IN_OPEN | IN_CLOSE)
@@ -415,7 +428,7 @@ class ShardReleaser:
     def track(self, name: str, *, retain: bool = False) -> None:
         """Watch a claim; ``retain``: keep it once read (its stream frees it)."""
         with self._lock:
-            self._opens[name] = -1
+            self._opens[name] = _UNREAD
             if retain:
                 self._retained.add(name)
 
@@ -444,6 +457,10 @@ class ShardReleaser:
 
     def _at_exit(self) -> None:
         self.flush()
+        with self._lock:  # nothing of this process can still open them
+            for name, state in list(self._opens.items()):
+                if state == _DOUBTFUL:
+                    self._release(name)
         if os.getpid() == self.pid:
             self._alive_lock.unlink(missing_ok=True)
 
@@ -459,21 +476,37 @@ class ShardReleaser:
             self._watch.close()
 
     def _apply(self, events: list[Event]) -> None:
-        """Count opens and closes of our claims (called with ``_lock`` held)."""
-        for event in events:
-            if event.overflow:
-                self._resync()
-                continue
-            count = self._opens.get(event.name)
-            if count is None:
-                continue
-            if event.mask & IN_OPEN:
-                self._opens[event.name] = max(count, 0) + 1
-            elif event.mask & IN_CLOSE and count > 0:
-                if count == 1:
-                    self._release(event.name)
-                else:
-                    self._opens[event.name] = count - 1
+        """Update our claims that ``events`` touched from this process's open files (called
+        with ``_lock`` held)."""
+        if any(event.overflow for event in events):
+            self._resync()
+            return
+        closed = {e.name for e in events if e.mask & IN_CLOSE and e.name in self._opens}
+        touched = closed | {e.name for e in events if e.mask & IN_OPEN and e.name in self._opens}
+        if not touched:
+            return  # other processes' claims, or nothing of ours: no scan
+        held = self._held_now()
+        for name in touched:
+            state = self._opens[name]
+            if name in held:
+                self._opens[name] = _READING
+            elif state == _READING:
+                self._release(name)  # we held it and hold it no more: read
+            elif name in closed:
+                self._opens[name] = _DOUBTFUL
+
+    def _held_now(self) -> set[str]:
+        """Names in ``claimed/`` this process has open right now (its own file handles)."""
+        prefix = str(self.directory) + "/"
+        held = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue  # closed meanwhile (the listing's own fd, too)
+            if target.startswith(prefix):
+                held.add(target[len(prefix) :])
+        return held
 
     def _release(self, name: str) -> None:
         del self._opens[name]
@@ -484,17 +517,11 @@ class ShardReleaser:
             os.unlink(self.directory / name)
 
     def _resync(self) -> None:
-        """After an event-queue overflow: trust /proc/self/fd for what is open right now."""
-        open_now = set()
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(str(self.directory) + "/"):
-                open_now.add(os.path.basename(target))
-        for name, count in list(self._opens.items()):
-            if name in open_now:
-                self._opens[name] = max(count, 1)
-            elif count > 0:
+        """After an event-queue overflow: trust /proc/self/fd for what is open right now (a
+        claim opened and closed within the lost events stays doubtful, as in ``_apply``)."""
+        held = self._held_now()
+        for name, state in list(self._opens.items()):
+            if name in held:
+                self._opens[name] = _READING
+            elif state == _READING:
                 self._release(name)
