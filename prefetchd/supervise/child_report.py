@@ -94,6 +94,7 @@ class DownloaderCounters(TypedDict):
     integrity_failures: int
     objects_unverified: int
     verify_requests: int
+    objects_refetched: int  # deleted from cache_dir before a writer read them: fetched again
     epoch: int  # the epoch being downloaded
     epoch_objects: int
     epoch_objects_done: int
@@ -130,6 +131,7 @@ class Counts:
     integrity_failures: int = 0
     objects_unverified: int = 0
     verify_requests: int = 0
+    objects_refetched: int = 0
     records_written: int = 0
     shards_written: int = 0
     bytes_written: int = 0

@@ -56,6 +56,12 @@ METRICS = (
         "verify_requests",
         "HEAD requests made to learn an object's checksum or part sizes",
     ),
+    Figure(
+        "prefetchd_objects_refetched",
+        "counter",
+        "objects_refetched",
+        "Objects deleted from cache_dir before a writer read them, and fetched again",
+    ),
     Figure("prefetchd_records_written", "counter", "records_written", "Records in shards"),
     Figure("prefetchd_shards_written", "counter", "shards_written", "Shards published"),
     Figure("prefetchd_written_bytes", "counter", "bytes_written", "Bytes of shards published"),

@@ -1,19 +1,19 @@
 """The supervisor: ``prefetchd run``. Starts the children, keeps them alive, keeps the books.
 
-Its loop reads like a table of contents: handle signals, reap and restart children, notice
-epochs that are complete, return shards of dead trainers, publish status, ping systemd. Signal
+Its loop reads like a table of contents: handle signals, reap and restart children, note the
+shards trainers finished, notice epochs that are complete, return shards of dead trainers,
+publish status, ping systemd. At start-up it takes its directories (``owner.py``) and, resuming
+a job, checks that nothing it published vanished (``recovery.py``). Signal
 handlers only record the signal. A child that cannot boot stops the daemon with its reason; a
 child that crashes later is restarted with backoff, and one that keeps crashing fails the daemon.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import time
 from collections import deque
@@ -22,21 +22,26 @@ from pathlib import Path
 from typing import Any
 
 from prefetchd.config import Config
-from prefetchd.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure
+from prefetchd.errors import EXIT_FAILURE, EXIT_OK
+from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import (
     Layout,
     claimed_object,
     dir_bytes,
     epoch_prefix,
     holds_lock,
+    is_own_file,
     parse_claim_name,
     write_atomic,
 )
+from prefetchd.ledger import record_delivered
 from prefetchd.logs import redact
+from prefetchd.owner import Ownership, claim_dirs
 from prefetchd.supervise.child import child_main
 from prefetchd.supervise.child_report import ChildReport
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
+from prefetchd.supervise.recovery import CACHE, RAM, recover, write_disks
 from prefetchd.supervise.roles import ROLES
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
 from prefetchd.supervise.states import DAEMON, ChildState, DaemonState
@@ -80,7 +85,9 @@ class Supervisor:
         self._last_notice = ""
         self.next_epoch = 0  # lowest epoch not yet complete
         self.started = time.time()
-        self._lock_fd = -1
+        self.ownership = Ownership([])
+        self._finished: Watch | None = None  # claimed/: a trainer deleted a shard it read
+        self._vanished: Watch | None = None  # ready/: nobody but a stranger deletes there
         self._last_status = 0.0
         self._last_epoch_check = 0.0
         self._last_watchdog = 0.0
@@ -96,6 +103,7 @@ class Supervisor:
                     break  # children may already be exiting from the same signal: no restarts
                 self._reap_and_restart()
                 self._check_started()
+                self._note_deliveries()
                 self._check_epochs()
                 self._return_orphaned_claims()
                 self._check_done()
@@ -107,15 +115,26 @@ class Supervisor:
             self._publish_status(force=True)
             if self.metrics is not None:
                 self.metrics.stop()
-            os.close(self._lock_fd)
+            self._note_deliveries()
+            for watch in (self._finished, self._vanished):
+                if watch is not None:
+                    watch.close()
+            self.ownership.close()
         if self.state is DaemonState.FAILED:
             return EXIT_FAILURE
         return EXIT_OK
 
     def _boot(self) -> None:
+        self.ownership = claim_dirs(self.layout, self.config)
         self.layout.create()
-        self._take_lock()
-        self._prepare_state()
+        if self._prepare_state():
+            reason = recover(self.layout, self.ownership)
+            if reason is not None:
+                self._fail(reason)
+                return  # nothing starts; status says why, and ready_files() raises it
+        write_disks(self.layout, self.ownership)
+        self._finished = Watch(self.layout.ram_claimed, IN_DELETE)
+        self._vanished = Watch(self.layout.ram_ready, IN_DELETE)
         # SIGHUP drains like SIGTERM: it comes from a closed terminal, never from systemd or
         # Kubernetes, and there is no config to reload (docs/operations.md, "Restarts and
         # signals").
@@ -134,21 +153,9 @@ class Supervisor:
         self.lifecycle.start_all()
         self._publish_status(force=True)
 
-    def _take_lock(self) -> None:
-        fd = os.open(self.layout.daemon_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RuntimeFailure(
-                f"another prefetchd is already running with status.state_dir {self.layout.state}"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
-
-    def _prepare_state(self) -> None:
-        """Resume the same unfinished job; otherwise start clean (sweeping what was left)."""
+    def _prepare_state(self) -> bool:
+        """Resume the same unfinished job (True); otherwise start clean, sweeping what was
+        left (False)."""
         fingerprint = self.config.job_fingerprint()
         try:
             previous = json.loads(self.layout.job_file.read_text(encoding="utf-8"))
@@ -167,9 +174,13 @@ class Supervisor:
             stale.unlink()
         job = {"fingerprint": fingerprint, "finished": False, "started": time.time()}
         write_atomic(self.layout.job_file, json.dumps(job).encode(), fsync=True)
+        return resume
 
     def _wipe(self) -> None:
+        """Delete what an earlier job left: only names our scheme makes (``layout.is_own_file``);
+        anything else in our directories is someone's, and stays."""
         lay = self.layout
+        lay.disks_file.unlink(missing_ok=True)
         for directory in (
             lay.cache_tmp,
             lay.cache_meta,
@@ -181,13 +192,14 @@ class Supervisor:
             lay.progress,
             lay.journal,
             lay.epochs,
+            lay.shards,
         ):
             # Empty, don't replace: trainers may be watching these directories with inotify.
             for entry in os.scandir(directory):
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
+                if is_own_file(directory.name, entry.name) and not entry.is_dir():
                     os.unlink(entry.path)
+                else:
+                    log.warning("left %s alone: prefetchd did not make it", entry.path)
 
     def _first_incomplete_epoch(self) -> int:
         epoch = 0
@@ -258,6 +270,45 @@ class Supervisor:
 
     # --- epochs and shards --------------------------------------------------------------------
 
+    def _note_deliveries(self) -> None:
+        """Record the shards trainers finished (their claimant deleted them) in the ledger, so a
+        restart after a lost RAM disk knows what was read; fail if a shard nobody claimed was
+        deleted from ``ready/`` (its records are gone, and no trainer got them)."""
+        if self._finished is None or self._vanished is None:
+            return
+        done = [
+            claim[1]
+            for event in self._finished.read_now()
+            if not event.overflow and (claim := parse_claim_name(event.name)) is not None
+        ]
+        if done:
+            record_delivered(self.layout, done)
+        lost = [e.name for e in self._vanished.read_now() if not e.overflow]
+        if lost and self.state is not DaemonState.FAILED:
+            self._fail(
+                f"output.ram_dir {self.layout.ram}: shard {lost[0]} was deleted from ready/ "
+                f"before any trainer read it ({len(lost)} shards in all): its records are lost"
+            )
+
+    def _lost_something(self) -> bool:
+        """Whether the ledger or the disks show a loss now (the daemon is then failed)."""
+        self._note_deliveries()
+        self._check_disks()
+        return self.state is DaemonState.FAILED
+
+    def _check_disks(self) -> None:
+        """Fail if the RAM disk or the cache was emptied under us (our owner marker is gone):
+        what trainers had not read is lost, and a restart re-creates it or says why not."""
+        for claim in self.ownership:
+            if claim.key in (RAM, CACHE) and not claim.intact():
+                if self.state is not DaemonState.FAILED:
+                    self._fail(
+                        f"{claim.key} {claim.path} was emptied under the running daemon (its "
+                        "owner marker is gone): restart prefetchd to re-create what trainers "
+                        "had not read, or to learn why it cannot"
+                    )
+                return
+
     def _check_epochs(self) -> None:
         """Mark epoch k complete once it is downloaded and no raw object of it is left: writers
         delete a raw object only after the shard holding its last record is published."""
@@ -265,6 +316,9 @@ class Supervisor:
         if now - self._last_epoch_check < EPOCH_CHECK_INTERVAL:
             return
         self._last_epoch_check = now
+        self._check_disks()
+        if self.state is DaemonState.FAILED:
+            return
         count = self.config.epochs.count
         while (count is None or self.next_epoch < count) and self._epoch_complete(self.next_epoch):
             epoch = self.next_epoch
@@ -278,6 +332,10 @@ class Supervisor:
             return False
         prefix = epoch_prefix(epoch)
         if any(n.startswith(prefix) for n in os.listdir(self.layout.cache_ready)):
+            return False
+        # An object's meta goes only once its records are in shards (or it was skipped): one
+        # deleted from ready/ under us is still owed, and the downloader fetches it again.
+        if any(n.startswith(prefix) for n in os.listdir(self.layout.cache_meta)):
             return False
         return not any(
             (claimed_object(n) or "").startswith(prefix)
@@ -314,6 +372,8 @@ class Supervisor:
             return
         if self.state is DaemonState.FAILED:
             return  # a child failed in this very tick: its reason stands
+        if self._lost_something():
+            return  # never done with records missing
         DAEMON.move(self, DaemonState.DONE, "daemon", f"{count} epochs")
         job = json.loads(lay.job_file.read_text(encoding="utf-8"))
         write_atomic(lay.job_file, json.dumps({**job, "finished": True}).encode(), fsync=True)
