@@ -193,6 +193,8 @@ class ReadyFiles(Iterator[str]):
                             yield str(layout.ram_claimed / claimed)
                             continue
                         if self._epoch_over(k, prefix, releaser.owner):
+                            # an epoch a failed daemon left short is not over: it says why
+                            health.check_failed()
                             # nothing of epoch k can come back now: forget its covered shards
                             self._skip = {n for n in self._skip if not n.startswith(prefix)}
                             break
@@ -287,13 +289,22 @@ class _DaemonHealth:
         self.grace = grace
         self.started = time.time()
 
-    def check(self) -> None:
+    def _status(self) -> StatusRecord | None:
         try:
-            status = StatusRecord.from_json(
+            return StatusRecord.from_json(
                 json.loads(self.layout.status_file.read_text(encoding="utf-8"))
             )
         except (OSError, ValueError):
-            status = None
+            return None
+
+    def check_failed(self) -> None:
+        """Raise if the daemon reports ``failed`` (e.g. it found published shards lost)."""
+        status = self._status()
+        if status is not None and status.state == DaemonState.FAILED:
+            raise DaemonFailed(f"prefetchd failed: {status.reason or 'see its log'}")
+
+    def check(self) -> None:
+        status = self._status()
         if status is None:
             if time.time() - self.started > self.grace:
                 raise DaemonFailed(
@@ -357,9 +368,12 @@ class ShardReleaser:
     again. The cost is one scan of ``/proc/self/fd`` per batch of events that touches a claim
     of ours (about two per shard), nothing per record. A claim that was opened and closed
     before any scan saw it open (a whole read faster than this thread wakes up, or another
-    process's) is ``_DOUBTFUL``: kept while this process lives, since deleting it could take
-    it from under a trainer that has yet to open it, and freed at exit, when nothing of this
-    process can still want it.
+    process's) is ``_DOUBTFUL``: kept, since deleting it could take it from under a trainer
+    that has yet to open it, until a scan finds this process reading a claim it made later
+    (trainers open their shards in the order they got them, so it was read) or the process
+    exits. At most the few newest claims wait so; a trainer that opens a later shard before an
+    earlier one that another process happened to open and close just then could lose it: the
+    one window left, documented in docs/reliability.md.
     """
 
     _instances: ClassVar[dict[Path, ShardReleaser]] = {}
@@ -391,6 +405,8 @@ class ShardReleaser:
         self._alive_lock = lock
         self.released = 0
         self._opens: dict[str, int] = {}  # claimed name -> _UNREAD | _READING | _DOUBTFUL
+        self._order: dict[str, int] = {}  # claimed name -> how many claims came before it
+        self._claims = itertools.count()
         self._retained: set[str] = set()  # claims of resumable streams: never deleted here
         self._lock = threading.Lock()
         self._watch = Watch(self.directory, IN_OPEN | IN_CLOSE)
@@ -429,12 +445,14 @@ class ShardReleaser:
         """Watch a claim; ``retain``: keep it once read (its stream frees it)."""
         with self._lock:
             self._opens[name] = _UNREAD
+            self._order[name] = next(self._claims)
             if retain:
                 self._retained.add(name)
 
     def untrack(self, name: str) -> None:
         with self._lock:
             self._opens.pop(name, None)
+            self._order.pop(name, None)
             self._retained.discard(name)
 
     def stale(self) -> bool:
@@ -494,6 +512,14 @@ class ShardReleaser:
                 self._release(name)  # we held it and hold it no more: read
             elif name in closed:
                 self._opens[name] = _DOUBTFUL
+        self._settle_doubtful(held)
+
+    def _settle_doubtful(self, held: set[str]) -> None:
+        """Release the doubtful claims older than the newest claim this process reads now."""
+        newest = max((self._order.get(n, -1) for n in held), default=-1)
+        for name, state in list(self._opens.items()):
+            if state == _DOUBTFUL and self._order.get(name, newest) < newest:
+                self._release(name)
 
     def _held_now(self) -> set[str]:
         """Names in ``claimed/`` this process has open right now (its own file handles)."""
@@ -510,6 +536,7 @@ class ShardReleaser:
 
     def _release(self, name: str) -> None:
         del self._opens[name]
+        self._order.pop(name, None)
         if name in self._retained:
             return  # read, but kept until a saved position covers it
         self.released += 1
@@ -517,11 +544,13 @@ class ShardReleaser:
             os.unlink(self.directory / name)
 
     def _resync(self) -> None:
-        """After an event-queue overflow: trust /proc/self/fd for what is open right now (a
-        claim opened and closed within the lost events stays doubtful, as in ``_apply``)."""
+        """After an event-queue overflow: trust /proc/self/fd for what is open right now. A
+        claim opened and closed entirely within the lost events stays unread: kept, and given
+        back to ``ready/`` when this process ends (at least once, never lost)."""
         held = self._held_now()
         for name, state in list(self._opens.items()):
             if name in held:
                 self._opens[name] = _READING
             elif state == _READING:
                 self._release(name)
+        self._settle_doubtful(held)

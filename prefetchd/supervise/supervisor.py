@@ -284,6 +284,8 @@ class Supervisor:
         if done:
             record_delivered(self.layout, done)
         lost = [e.name for e in self._vanished.read_now() if not e.overflow]
+        if lost:
+            self._check_disks()  # the whole directory emptied says more than one shard gone
         if lost and self.state is not DaemonState.FAILED:
             self._fail(
                 f"output.ram_dir {self.layout.ram}: shard {lost[0]} was deleted from ready/ "
@@ -331,24 +333,31 @@ class Supervisor:
         if not self.layout.downloaded_marker(epoch).exists():
             return False
         prefix = epoch_prefix(epoch)
-        if any(n.startswith(prefix) for n in os.listdir(self.layout.cache_ready)):
+        lay = self.layout
+        try:
+            ready, meta = os.listdir(lay.cache_ready), os.listdir(lay.cache_meta)
+            claimed = os.listdir(lay.cache_claimed)
+        except FileNotFoundError:
+            return False  # the cache was emptied: _check_disks fails the daemon with the reason
+        if any(n.startswith(prefix) for n in ready):
             return False
         # An object's meta goes only once its records are in shards (or it was skipped): one
         # deleted from ready/ under us is still owed, and the downloader fetches it again.
-        if any(n.startswith(prefix) for n in os.listdir(self.layout.cache_meta)):
+        if any(n.startswith(prefix) for n in meta):
             return False
-        return not any(
-            (claimed_object(n) or "").startswith(prefix)
-            for n in os.listdir(self.layout.cache_claimed)
-        )
+        return not any((claimed_object(n) or "").startswith(prefix) for n in claimed)
 
     def _return_orphaned_claims(self, *, force: bool = False) -> None:
         """Shards claimed by a trainer process that died go back to ``ready/``."""
-        if not force and int(time.monotonic() / TICK) % 5:
+        if self.state is DaemonState.FAILED or (not force and int(time.monotonic() / TICK) % 5):
             return
         lay = self.layout
         dead: dict[str, bool] = {}
-        for name in os.listdir(lay.ram_claimed):
+        try:
+            names = os.listdir(lay.ram_claimed)
+        except FileNotFoundError:
+            return  # the RAM disk was emptied: _check_disks fails the daemon with the reason
+        for name in names:
             parsed = parse_claim_name(name)
             if parsed is None:
                 continue
@@ -365,13 +374,11 @@ class Supervisor:
 
     def _check_done(self) -> None:
         count = self.config.epochs.count
-        if count is None or self.next_epoch < count:
-            return
+        if count is None or self.next_epoch < count or self.state is DaemonState.FAILED:
+            return  # (failed: a child or a loss in this very tick; its reason stands)
         lay = self.layout
-        if any(os.listdir(d) for d in (lay.ram_ready, lay.ram_claimed)):
+        if _count(lay.ram_ready) or _count(lay.ram_claimed):
             return
-        if self.state is DaemonState.FAILED:
-            return  # a child failed in this very tick: its reason stands
         if self._lost_something():
             return  # never done with records missing
         DAEMON.move(self, DaemonState.DONE, "daemon", f"{count} epochs")

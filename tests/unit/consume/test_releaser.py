@@ -76,6 +76,14 @@ def test_a_shard_the_claimant_still_reads_is_not_freed_by_another_close(
     assert wait_gone(path)
 
 
+def read_unseen(releaser: ShardReleaser, path: Path) -> None:
+    """Open, read and close within one batch of events: the releaser never sees it open."""
+    with releaser._lock:  # the thread cannot look in between
+        with open(path, "rb") as f:
+            f.read()
+        releaser._apply(releaser._watch.read_now())
+
+
 def test_a_shard_read_before_the_releaser_saw_it_open_is_kept_until_exit(
     releaser: ShardReleaser,
 ) -> None:
@@ -83,13 +91,33 @@ def test_a_shard_read_before_the_releaser_saw_it_open_is_kept_until_exit(
     the releaser thread; kept (never taken from a trainer that has yet to open it), then freed
     at exit."""
     path = claimed(releaser, 2)
-    with releaser._lock:  # the thread cannot look in between: both events in one batch
-        with open(path, "rb") as f:
-            f.read()
-        releaser._apply(releaser._watch.read_now())
+    read_unseen(releaser, path)
     assert path.exists()
     releaser._at_exit()
     assert not path.exists()
+
+
+def test_a_doubtful_shard_is_freed_once_its_claimant_reads_a_later_one(
+    releaser: ShardReleaser,
+) -> None:
+    """A fast sequential reader (small shards, pure Python) finishes a shard before the
+    releaser looks: its next shard settles it, so RAM never fills with read shards."""
+    first, later = claimed(releaser, 3), claimed(releaser, 4)
+    read_unseen(releaser, first)
+    assert first.exists()
+    read_in_process(releaser, later)
+    assert wait_gone(first) and wait_gone(later)
+
+
+def test_a_doubtful_shard_stays_while_only_earlier_claims_are_read(
+    releaser: ShardReleaser,
+) -> None:
+    earlier, catted = claimed(releaser, 5), claimed(releaser, 6)
+    subprocess.run(["cat", str(catted)], stdout=subprocess.DEVNULL, check=True)
+    releaser.flush()
+    read_in_process(releaser, earlier)
+    assert wait_gone(earlier)
+    assert catted.exists(), "freed before its claimant opened it"
 
 
 def counting(calls: dict[str, int], name: str, real: Callable[..., Any]) -> Callable[..., Any]:
