@@ -370,10 +370,12 @@ class ShardReleaser:
     before any scan saw it open (a whole read faster than this thread wakes up, or another
     process's) is ``_DOUBTFUL``: kept, since deleting it could take it from under a trainer
     that has yet to open it, until a scan finds this process reading a claim it made later
-    (trainers open their shards in the order they got them, so it was read) or the process
-    exits. At most the few newest claims wait so; a trainer that opens a later shard before an
-    earlier one that another process happened to open and close just then could lose it: the
-    one window left, documented in docs/reliability.md.
+    (trainers open their shards in the order they got them, so it was read), or an iterator of
+    this process starts waiting for a shard (its trainer wants more), or the process exits. At
+    most the newest claims wait so, and never while the trainer waits, so RAM cannot fill
+    with read shards. A trainer that asks for more before opening a shard it got, which
+    another process happened to open and close just then, could find it gone (its open
+    fails loudly): the one window left, documented in docs/reliability.md.
     """
 
     _instances: ClassVar[dict[Path, ShardReleaser]] = {}
@@ -415,11 +417,17 @@ class ShardReleaser:
         atexit.register(self._at_exit)
 
     def begin_wait(self, waiting: bool) -> bool:
-        """One ``ready_files()`` iterator starts waiting for a shard (if not already)."""
+        """One ``ready_files()`` iterator starts waiting for a shard (if not already): its
+        trainer asks for more, so a doubtful claim it does not hold now was read."""
         if not waiting:
             with self._lock:
                 self._stats.begin(time.time())
                 self._write_stats()
+                if _DOUBTFUL in self._opens.values():
+                    held = self._held_now()
+                    for name, state in list(self._opens.items()):
+                        if state == _DOUBTFUL and name not in held:
+                            self._release(name)
         return True
 
     def end_wait(self, waiting: bool, *, claimed: int = 0) -> bool:

@@ -109,6 +109,19 @@ def test_a_doubtful_shard_is_freed_once_its_claimant_reads_a_later_one(
     assert wait_gone(first) and wait_gone(later)
 
 
+def test_a_doubtful_shard_is_freed_when_its_claimant_waits_for_more(
+    releaser: ShardReleaser,
+) -> None:
+    """The last shard a fast reader read, with no later shard to settle it: once the trainer
+    asks for more, it is freed (else a small RAM budget would fill and nothing move)."""
+    path = claimed(releaser, 7)
+    read_unseen(releaser, path)
+    assert path.exists()
+    releaser.begin_wait(False)
+    releaser.end_wait(True)
+    assert not path.exists()
+
+
 def test_a_doubtful_shard_stays_while_only_earlier_claims_are_read(
     releaser: ShardReleaser,
 ) -> None:
