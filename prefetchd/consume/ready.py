@@ -195,6 +195,7 @@ class ReadyFiles(Iterator[str]):
                         if self._epoch_over(k, prefix, releaser.owner):
                             # an epoch a failed daemon left short is not over: it says why
                             health.check_failed()
+                            releaser.wants_more()
                             # nothing of epoch k can come back now: forget its covered shards
                             self._skip = {n for n in self._skip if not n.startswith(prefix)}
                             break
@@ -371,7 +372,8 @@ class ShardReleaser:
     process's) is ``_DOUBTFUL``: kept, since deleting it could take it from under a trainer
     that has yet to open it, until a scan finds this process reading a claim it made later
     (trainers open their shards in the order they got them, so it was read), or an iterator of
-    this process starts waiting for a shard (its trainer wants more), or the process exits. At
+    this process starts waiting for a shard or finds its epoch over (its trainer wants more),
+    or the process exits. At
     most the newest claims wait so, and never while the trainer waits, so RAM cannot fill
     with read shards. A trainer that asks for more before opening a shard it got, which
     another process happened to open and close just then, could find it gone (its open
@@ -423,12 +425,19 @@ class ShardReleaser:
             with self._lock:
                 self._stats.begin(time.time())
                 self._write_stats()
-                if _DOUBTFUL in self._opens.values():
-                    held = self._held_now()
-                    for name, state in list(self._opens.items()):
-                        if state == _DOUBTFUL and name not in held:
-                            self._release(name)
+            self.wants_more()
         return True
+
+    def wants_more(self) -> None:
+        """This process asked for another shard (it waits, or the epoch is over): the doubtful
+        claims it does not hold now were read; free them."""
+        with self._lock:
+            if _DOUBTFUL not in self._opens.values():
+                return
+            held = self._held_now()
+            for name, state in list(self._opens.items()):
+                if state == _DOUBTFUL and name not in held:
+                    self._release(name)
 
     def end_wait(self, waiting: bool, *, claimed: int = 0) -> bool:
         """That iterator got a shard (``claimed``) or stopped waiting."""

@@ -119,8 +119,8 @@ def _intact(disks: Disks | None, ownership: Ownership, key: str) -> bool:
 
 def _cause(disks: Disks | None) -> str:
     if disks is not None and disks.boot_id and disks.boot_id != boot_id():
-        return " (the host rebooted since: boot id changed, and the RAM disk was emptied)"
-    return " (the files were deleted while the daemon was not watching)"
+        return " (the host rebooted since: boot id changed)"
+    return " (the files were deleted while the daemon was not running, or just before)"
 
 
 def _journals(layout: Layout) -> dict[int, tuple[Journal, JournalEntry]]:
