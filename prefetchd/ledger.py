@@ -47,6 +47,13 @@ def record_delivered(layout: Layout, shards: Iterable[str]) -> None:
         _append(layout.delivered_ledger(epoch), "".join(f"{n}\n" for n in names))
 
 
+def forget_epoch(layout: Layout, epoch: int) -> None:
+    """Drop epoch ``epoch``'s ledger: every shard of it was read, so none can be lost any more
+    (an endless job would otherwise keep one more ledger per epoch)."""
+    for path in layout.shards.glob(f"e{epoch}.*"):
+        path.unlink(missing_ok=True)
+
+
 def _append(path: Path, text: str) -> None:
     fd = open_append(path)
     try:

@@ -34,7 +34,7 @@ from prefetchd.layout import (
     parse_claim_name,
     write_atomic,
 )
-from prefetchd.ledger import record_delivered
+from prefetchd.ledger import forget_epoch, record_delivered
 from prefetchd.logs import redact
 from prefetchd.owner import Ownership, claim_dirs
 from prefetchd.supervise.child import child_main
@@ -84,6 +84,7 @@ class Supervisor:
         self.last_snapshot: StatusRecord | None = None
         self._last_notice = ""
         self.next_epoch = 0  # lowest epoch not yet complete
+        self.ledger_epoch = 0  # lowest epoch whose ledger may still be needed
         self.started = time.time()
         self.ownership = Ownership([])
         self._finished: Watch | None = None  # claimed/: a trainer deleted a shard it read
@@ -328,6 +329,26 @@ class Supervisor:
             (self.layout.progress / f"e{epoch}.log").unlink(missing_ok=True)
             log.info("epoch %d: every shard published", epoch)
             self.next_epoch += 1
+        self._forget_read_epochs()
+
+    def _forget_read_epochs(self) -> None:
+        """Drop the ledger of complete epochs none of whose shards is left on the RAM disk:
+        trainers read them all. The listing comes before the deliveries are noted, so every
+        deletion it missed is in the ledger first."""
+        while self.ledger_epoch < self.next_epoch:
+            prefix = epoch_prefix(self.ledger_epoch)
+            lay = self.layout
+            try:
+                names = os.listdir(lay.ram_ready) + os.listdir(lay.ram_tmp)
+                claims = [parse_claim_name(n) for n in os.listdir(lay.ram_claimed)]
+            except FileNotFoundError:
+                return  # the RAM disk was emptied: _check_disks fails the daemon
+            names += [claim[1] for claim in claims if claim is not None]
+            if any(n.startswith(prefix) for n in names):
+                return
+            self._note_deliveries()
+            forget_epoch(lay, self.ledger_epoch)
+            self.ledger_epoch += 1
 
     def _epoch_complete(self, epoch: int) -> bool:
         if not self.layout.downloaded_marker(epoch).exists():

@@ -15,6 +15,7 @@ from prefetchd.config import config_from_dict
 from prefetchd.layout import Layout, claim_name, object_name, shard_name, writer_claim_name
 from prefetchd.ledger import (
     assess,
+    forget_epoch,
     published_shards,
     read_ledger,
     record_delivered,
@@ -147,3 +148,14 @@ def test_an_intact_restart_finds_nothing_to_do(layout: tuple[Layout, Ownership])
     Journal(lay.journal / "w0.log").rewrite(JournalEntry(shard, 0, {}, ()))
     assert recover(lay, owned) is None
     assert (lay.ram_ready / shard).exists()
+
+
+def test_the_ledger_of_an_epoch_read_to_the_end_can_be_forgotten(
+    layout: tuple[Layout, Ownership],
+) -> None:
+    lay, _ = layout
+    first, later = publish(lay, 0, 0, 10), publish(lay, 1, 1, 20)
+    record_delivered(lay, [first])
+    forget_epoch(lay, 0)
+    published, delivered = read_ledger(lay)
+    assert published == {later: 20} and delivered == set()
