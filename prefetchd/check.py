@@ -15,7 +15,8 @@ from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import in_share, matches
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client
 from prefetchd.errors import ConfigError
-from prefetchd.layout import Layout, dir_bytes, dir_problem
+from prefetchd.layout import Layout, dir_bytes
+from prefetchd.owner import dir_findings
 from prefetchd.sizes import format_size
 from prefetchd.write.formats import get_format
 
@@ -40,14 +41,9 @@ def run_checks(config: Config) -> list[Finding]:
     findings.append(_check_dir("status.state_dir", config.status.state_dir, 0))
     if config.download.keep:
         findings.append(_check_keep(config))
-    for key, path in (
-        ("output.ram_dir", config.output.ram_dir),
-        ("download.cache_dir", config.download.cache_dir),
-        ("status.state_dir", config.status.state_dir),
-    ):
-        problem = dir_problem(path)
-        if problem:  # the daemon would refuse it at start-up: say so now
-            findings.append(Finding("fail", f"{key}: {problem}"))
+    # What the daemon would refuse at start-up (unsafe, foreign, or owned by another running
+    # daemon), said now; changes nothing.
+    findings += [Finding(level, message) for level, message in dir_findings(Layout.of(config))]
     return findings
 
 

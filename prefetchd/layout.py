@@ -4,9 +4,15 @@ Local file names never come from object keys: an object's name is its epoch, its
 the epoch's order and a hash of bucket and key, so ``../../etc/passwd`` is just another hash.
 Every directory is created private (0700) and every file is created with ``O_EXCL``.
 
+Each of the three directories also holds ``prefetchd.owner`` (which daemon owns it: config,
+state_dir, pid, boot id, and a token naming this incarnation of the directory) and
+``prefetchd.lock`` (flocked by the supervisor for its whole life); ``owner.py`` writes both.
+A start-up sweep deletes only names this module recognises as ours.
+
 ::
 
     download.cache_dir/
+        prefetchd.owner, prefetchd.lock   (also in ram_dir and state_dir)
         .tmp/<obj>.part           download in progress (swept at start-up)
         meta/<obj>.json           key, size, etag of a published object
         ready/<obj>               complete, verified raw objects; writers claim by rename
@@ -30,6 +36,10 @@ Every directory is created private (0700) and every file is created with ``O_EXC
         epochs/<k>.downloaded     epoch k fully downloaded (written by the downloader)
         epochs/<k>.complete       every shard of epoch k published (written by the supervisor)
         epochs/<k>.keep.json      download.keep's hits and misses in epoch k (the downloader)
+        disks.json                the incarnation (token, boot id) of ram_dir and cache_dir
+                                  this state describes (written by the supervisor)
+        shards/e<k>.w<i>.log      shards of epoch k writer i published (the ledger, ledger.py)
+        shards/e<k>.delivered     shards of epoch k trainers finished (written by the supervisor)
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +121,23 @@ def claimed_object(name: str) -> str | None:
     if writer[:1] != "w" or not (index.isascii() and index.isdigit()) or not sep:
         return None
     return obj if parse_object_name(obj) is not None else None
+
+
+_STATE_EPOCH = re.compile(r"e?([0-9]+)\.(log|delivered|downloaded|complete|w[0-9]+\.log)")
+
+
+def file_epoch(name: str) -> int | None:
+    """The epoch one of our file names belongs to: an object, a shard, a writer's or a
+    trainer's claim (temp suffixes included), or a per-epoch state file (``progress/e<k>.log``,
+    ``epochs/<k>.complete``, ``shards/e<k>.w<i>.log``); None for any other name."""
+    base = name.removesuffix(TMP_SUFFIX).removesuffix(".json")
+    claim = parse_claim_name(base)
+    inner = claimed_object(base) or (claim[1] if claim else base)
+    parsed = parse_object_name(inner) or parse_shard_name(inner)
+    if parsed is not None:
+        return parsed[0]
+    m = _STATE_EPOCH.fullmatch(name)
+    return int(m.group(1)) if m else None
 
 
 def claim_name(owner: str, shard: str) -> str:
@@ -210,6 +238,20 @@ class Layout:
     def epochs(self) -> Path:
         return self.state / "epochs"
 
+    @property
+    def disks_file(self) -> Path:
+        return self.state / "disks.json"
+
+    @property
+    def shards(self) -> Path:
+        return self.state / "shards"
+
+    def published_ledger(self, epoch: int, writer: int) -> Path:
+        return self.shards / f"e{epoch}.w{writer}.log"
+
+    def delivered_ledger(self, epoch: int) -> Path:
+        return self.shards / f"e{epoch}.delivered"
+
     def downloaded_marker(self, epoch: int) -> Path:
         return self.epochs / f"{epoch}.downloaded"
 
@@ -237,19 +279,111 @@ class Layout:
             self.progress,
             self.journal,
             self.epochs,
+            self.shards,
+        ]
+
+    def roots(self) -> list[tuple[str, Path]]:
+        """The three directories a daemon owns, by config key (state_dir first: it is locked
+        first, so a second run of one config is refused before it touches the others)."""
+        return [
+            ("status.state_dir", self.state),
+            ("output.ram_dir", self.ram),
+            ("download.cache_dir", self.cache),
         ]
 
     def create(self) -> None:
-        """Create every directory private (0700), refusing unsafe existing ones."""
+        """Create every directory private (0700), refusing unsafe existing ones. Sub-directories
+        are ours and kept 0700; an existing root keeps its mode (the daemon adopts the roots
+        first, through ``owner.claim_dirs``, which says which of them it may take)."""
+        roots = {path for _, path in self.roots()}
         for path in self.all_dirs():
-            make_private_dir(path)
+            make_private_dir(path, tighten=path not in roots)
 
 
-def make_private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) with mode 0700, or check an existing one is safe to use.
+OWNER_FILE = "prefetchd.owner"
+LOCK_FILE = "prefetchd.lock"
+# Names prefetchd makes directly inside each of its three directories (besides the files
+# inside its sub-directories): an existing directory holding anything else is not ours.
+OWN_TOP_NAMES = frozenset(
+    {
+        OWNER_FILE,
+        LOCK_FILE,
+        ".tmp",
+        "meta",
+        "ready",
+        "claimed",
+        "consumers",
+        ".budget.lock",
+        "status.json",
+        "job.json",
+        "disks.json",
+        "children",
+        "progress",
+        "journal",
+        "epochs",
+        "shards",
+    }
+)
+
+
+def is_own_top_name(name: str) -> bool:
+    """Whether ``name`` directly inside ram_dir, cache_dir or state_dir is one prefetchd makes
+    (a ``write_atomic`` temp file of one of them included)."""
+    return name in OWN_TOP_NAMES or _atomic_temp_of(name) in OWN_TOP_NAMES
+
+
+def _atomic_temp_of(name: str) -> str | None:
+    """The file a ``write_atomic`` temp name ``.<name>.<pid>.tmp`` stands for, or None."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    stem, _, pid = name[1:-4].rpartition(".")
+    return stem if pid.isdigit() else None
+
+
+def is_own_file(directory: str, name: str) -> bool:
+    """Whether ``name`` inside our sub-directory ``directory`` (``ready``, ``journal``, ...) is
+    named by our scheme: the start-up sweep deletes these and nothing else."""
+    check = _OWN_FILES.get(directory)
+    if check is None:
+        return False
+    return check(name) or check(_atomic_temp_of(name) or "\x00")
+
+
+def _own_cache_file(name: str) -> bool:
+    return (
+        parse_object_name(name.removesuffix(TMP_SUFFIX)) is not None
+        or parse_object_name(name.removesuffix(".json")) is not None
+        or claimed_object(name) is not None
+    )
+
+
+def _own_ram_file(name: str) -> bool:
+    return (
+        parse_shard_name(name.removesuffix(TMP_SUFFIX)) is not None
+        or parse_claim_name(name) is not None
+    )
+
+
+_OWN_FILES: dict[str, Callable[[str], bool]] = {
+    ".tmp": lambda n: _own_cache_file(n) or _own_ram_file(n),
+    "meta": _own_cache_file,
+    "ready": lambda n: _own_cache_file(n) or _own_ram_file(n),
+    "claimed": lambda n: _own_cache_file(n) or _own_ram_file(n),
+    "progress": lambda n: re.fullmatch(r"e[0-9]+\.log", n) is not None,
+    "journal": lambda n: re.fullmatch(r"w[0-9]+\.log", n) is not None,
+    "epochs": lambda n: re.fullmatch(r"[0-9]+\.(downloaded|complete)", n) is not None,
+    "shards": lambda n: re.fullmatch(r"e[0-9]+\.(w[0-9]+\.log|delivered)", n) is not None,
+}
+
+
+def make_private_dir(path: Path, *, tighten: bool = False) -> bool:
+    """Create ``path`` (and parents) with mode 0700, or check an existing one is safe to use;
+    True if it was created here.
 
     Raises ``RuntimeFailure`` naming the directory if it is a symlink, belongs to another user
     or is writable by others: a daemon that writes there could be tricked into clobbering files.
+    An existing directory keeps its mode unless ``tighten`` (a directory prefetchd made itself,
+    e.g. one of its sub-directories): the mode of a directory someone else made is theirs.
     """
     unsafe = _unsafe_ancestor(path)
     if unsafe:
@@ -260,7 +394,7 @@ def make_private_dir(path: Path) -> None:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(parent, 0o700)
         os.mkdir(path, 0o700)
-        return
+        return True
     except FileExistsError:
         pass
     except OSError as exc:
@@ -268,9 +402,9 @@ def make_private_dir(path: Path) -> None:
     problem = existing_dir_problem(path)
     if problem:
         raise RuntimeFailure(problem)
-    info = os.lstat(path)
-    if info.st_mode & 0o077:
+    if tighten and os.lstat(path).st_mode & 0o077:
         os.chmod(path, 0o700)
+    return False
 
 
 def dir_problem(path: Path) -> str | None:

@@ -3,9 +3,11 @@
 A claim is an atomic rename of ``ready/<shard>`` to ``claimed/<owner>-<shard>``, so several
 trainer processes on one host get disjoint shards. The RAM of a claimed shard is given back
 without any acknowledgement from trainer code: a background thread watches ``claimed/`` with
-inotify and deletes a shard of ours when the last open handle on it is closed after it was
-opened at least once — never while TensorFlow still reads it. Shards claimed by a process that
-died are returned to ``ready/`` by the daemon (at-least-once across trainer crashes).
+inotify, and when a claim of ours is opened or closed (by any process) it looks at this
+process's own file handles (``/proc/self/fd``): a shard is deleted once this process has held
+it open and holds it no more — never while TensorFlow still reads it, and never because another
+process (a ``cat``, a backup, a virus scanner) opened and closed it. Shards claimed by a process
+that died are returned to ``ready/`` by the daemon (at-least-once across trainer crashes).
 """
 
 from __future__ import annotations
@@ -211,6 +213,9 @@ class ReadyFiles(Iterator[str]):
                             yield str(layout.ram_claimed / claimed)
                             continue
                         if self._epoch_over(k, prefix, releaser.owner):
+                            # an epoch a failed daemon left short is not over: it says why
+                            health.check_failed()
+                            releaser.wants_more()
                             # nothing of epoch k can come back now: forget its covered shards
                             self._skip = {n for n in self._skip if not n.startswith(prefix)}
                             break
@@ -335,13 +340,22 @@ class _DaemonHealth:
         self.alive_at = self.started  # when a new status record was last seen
         self.last_seen: tuple[float, float] | None = None
 
-    def check(self) -> None:
+    def _status(self) -> StatusRecord | None:
         try:
-            status = StatusRecord.from_json(
+            return StatusRecord.from_json(
                 json.loads(self.layout.status_file.read_text(encoding="utf-8"))
             )
         except (OSError, ValueError):
-            status = None
+            return None
+
+    def check_failed(self) -> None:
+        """Raise if the daemon reports ``failed`` (e.g. it found published shards lost)."""
+        status = self._status()
+        if status is not None and status.state == DaemonState.FAILED:
+            raise DaemonFailed(f"prefetchd failed: {status.reason or 'see its log'}")
+
+    def check(self) -> None:
+        status = self._status()
         now = self.monotonic()
         if status is None:
             if now - self.started > self.grace:
@@ -404,10 +418,27 @@ class ConsumerStats:
         return report.encode()
 
 
-class ShardReleaser:
-    """Deletes this process's claimed shards once they were opened and closed again.
+_UNREAD, _READING, _DOUBTFUL = -1, 1, 0  # states of a tracked claim (see ShardReleaser)
 
-    One per process and ``ram_dir``, shared by every ``ready_files()`` iterator in it.
+
+class ShardReleaser:
+    """Deletes this process's claimed shards once this process has read them.
+
+    One per process and ``ram_dir``, shared by every ``ready_files()`` iterator in it. A claim
+    is ``_UNREAD`` until a batch of inotify events touching it finds it among this process's
+    open files (``_READING``); it is deleted at the first such batch that finds it closed
+    again. The cost is one scan of ``/proc/self/fd`` per batch of events that touches a claim
+    of ours (about two per shard), nothing per record. A claim that was opened and closed
+    before any scan saw it open (a whole read faster than this thread wakes up, or another
+    process's) is ``_DOUBTFUL``: kept, since deleting it could take it from under a trainer
+    that has yet to open it, until a scan finds this process reading a claim it made later
+    (trainers open their shards in the order they got them, so it was read), or an iterator of
+    this process starts waiting for a shard or finds its epoch over (its trainer wants more),
+    or the process exits. At
+    most the newest claims wait so, and never while the trainer waits, so RAM cannot fill
+    with read shards. A trainer that asks for more before opening a shard it got, which
+    another process happened to open and close just then, could find it gone (its open
+    fails loudly): the one window left, documented in docs/reliability.md.
     """
 
     _instances: ClassVar[dict[Path, ShardReleaser]] = {}
@@ -438,7 +469,9 @@ class ShardReleaser:
         os.rename(tmp, lock)
         self._alive_lock = lock
         self.released = 0
-        self._opens: dict[str, int] = {}  # claimed name -> open handles (-1: never opened)
+        self._opens: dict[str, int] = {}  # claimed name -> _UNREAD | _READING | _DOUBTFUL
+        self._order: dict[str, int] = {}  # claimed name -> how many claims came before it
+        self._claims = itertools.count()
         self._retained: set[str] = set()  # claims of resumable streams: never deleted here
         self._lock = threading.Lock()
         self._watch = Watch(self.directory, IN_OPEN | IN_CLOSE)
@@ -447,12 +480,25 @@ class ShardReleaser:
         atexit.register(self._at_exit)
 
     def begin_wait(self, waiting: bool) -> bool:
-        """One ``ready_files()`` iterator starts waiting for a shard (if not already)."""
+        """One ``ready_files()`` iterator starts waiting for a shard (if not already): its
+        trainer asks for more, so a doubtful claim it does not hold now was read."""
         if not waiting:
             with self._lock:
                 self._stats.begin(time.monotonic())  # the supervisor compares its own
                 self._write_stats()
+            self.wants_more()
         return True
+
+    def wants_more(self) -> None:
+        """This process asked for another shard (it waits, or the epoch is over): the doubtful
+        claims it does not hold now were read; free them."""
+        with self._lock:
+            if _DOUBTFUL not in self._opens.values():
+                return
+            held = self._held_now()
+            for name, state in list(self._opens.items()):
+                if state == _DOUBTFUL and name not in held:
+                    self._release(name)
 
     def end_wait(self, waiting: bool, *, claimed: int = 0) -> bool:
         """That iterator got a shard (``claimed``) or stopped waiting."""
@@ -476,13 +522,15 @@ class ShardReleaser:
     def track(self, name: str, *, retain: bool = False) -> None:
         """Watch a claim; ``retain``: keep it once read (its stream frees it)."""
         with self._lock:
-            self._opens[name] = -1
+            self._opens[name] = _UNREAD
+            self._order[name] = next(self._claims)
             if retain:
                 self._retained.add(name)
 
     def untrack(self, name: str) -> None:
         with self._lock:
             self._opens.pop(name, None)
+            self._order.pop(name, None)
             self._retained.discard(name)
 
     def stale(self) -> bool:
@@ -505,6 +553,10 @@ class ShardReleaser:
 
     def _at_exit(self) -> None:
         self.flush()
+        with self._lock:  # nothing of this process can still open them
+            for name, state in list(self._opens.items()):
+                if state == _DOUBTFUL:
+                    self._release(name)
         if os.getpid() == self.pid:
             self._alive_lock.unlink(missing_ok=True)
 
@@ -520,24 +572,49 @@ class ShardReleaser:
             self._watch.close()
 
     def _apply(self, events: list[Event]) -> None:
-        """Count opens and closes of our claims (called with ``_lock`` held)."""
-        for event in events:
-            if event.overflow:
-                self._resync()
-                continue
-            count = self._opens.get(event.name)
-            if count is None:
-                continue
-            if event.mask & IN_OPEN:
-                self._opens[event.name] = max(count, 0) + 1
-            elif event.mask & IN_CLOSE and count > 0:
-                if count == 1:
-                    self._release(event.name)
-                else:
-                    self._opens[event.name] = count - 1
+        """Update our claims that ``events`` touched from this process's open files (called
+        with ``_lock`` held)."""
+        if any(event.overflow for event in events):
+            self._resync()
+            return
+        closed = {e.name for e in events if e.mask & IN_CLOSE and e.name in self._opens}
+        touched = closed | {e.name for e in events if e.mask & IN_OPEN and e.name in self._opens}
+        if not touched:
+            return  # other processes' claims, or nothing of ours: no scan
+        held = self._held_now()
+        for name in touched:
+            state = self._opens[name]
+            if name in held:
+                self._opens[name] = _READING
+            elif state == _READING:
+                self._release(name)  # we held it and hold it no more: read
+            elif name in closed:
+                self._opens[name] = _DOUBTFUL
+        self._settle_doubtful(held)
+
+    def _settle_doubtful(self, held: set[str]) -> None:
+        """Release the doubtful claims older than the newest claim this process reads now."""
+        newest = max((self._order.get(n, -1) for n in held), default=-1)
+        for name, state in list(self._opens.items()):
+            if state == _DOUBTFUL and self._order.get(name, newest) < newest:
+                self._release(name)
+
+    def _held_now(self) -> set[str]:
+        """Names in ``claimed/`` this process has open right now (its own file handles)."""
+        prefix = str(self.directory) + "/"
+        held = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue  # closed meanwhile (the listing's own fd, too)
+            if target.startswith(prefix):
+                held.add(target[len(prefix) :])
+        return held
 
     def _release(self, name: str) -> None:
         del self._opens[name]
+        self._order.pop(name, None)
         if name in self._retained:
             return  # read, but kept until a saved position covers it
         self.released += 1
@@ -545,17 +622,13 @@ class ShardReleaser:
             os.unlink(self.directory / name)
 
     def _resync(self) -> None:
-        """After an event-queue overflow: trust /proc/self/fd for what is open right now."""
-        open_now = set()
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(str(self.directory) + "/"):
-                open_now.add(os.path.basename(target))
-        for name, count in list(self._opens.items()):
-            if name in open_now:
-                self._opens[name] = max(count, 1)
-            elif count > 0:
+        """After an event-queue overflow: trust /proc/self/fd for what is open right now. A
+        claim opened and closed entirely within the lost events stays unread: kept, and given
+        back to ``ready/`` when this process ends (at least once, never lost)."""
+        held = self._held_now()
+        for name, state in list(self._opens.items()):
+            if name in held:
+                self._opens[name] = _READING
+            elif state == _READING:
                 self._release(name)
+        self._settle_doubtful(held)

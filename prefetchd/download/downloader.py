@@ -8,7 +8,10 @@ then published in three steps whose order makes a crash at any point safe::
     renamed to ready/<obj>
 
 On start-up a ``.part`` whose hash is already in the progress log is rolled forward (renamed);
-any other ``.part`` is deleted and fetched again. Objects in the log are not fetched again.
+any other ``.part`` is deleted and fetched again. Objects in the log are not fetched again,
+except one whose meta is still there while its file is gone (deleted from ``ready/`` by someone
+else, before any writer read it; writers delete the meta first): that one is fetched again under
+the same name and counted in ``objects_refetched``, at start-up and while running alike.
 When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
 
 With ``download.keep`` (``keeper.py``), an object whose verified copy is kept goes the same way
@@ -102,6 +105,7 @@ class Downloader:
         self.share = ShareTable()
         self.active: dict[str, Job] = {}  # prepared and not yet handled, by local name
         self.meta_written: set[str] = set()  # names whose meta a transfer thread wrote
+        self.refetch: set[str] = set()  # logged as published, found gone at start-up
         self.log_fds: dict[int, int] = {}  # epoch -> its progress log, open for appending
         self.consecutive_faults = 0
         self.unverified_reasons: set[str] = set()  # logged once each
@@ -119,6 +123,7 @@ class Downloader:
             integrity_failures=0,
             objects_unverified=0,
             verify_requests=0,
+            objects_refetched=0,
             epoch=0,
             epoch_objects=0,
             epoch_objects_done=0,
@@ -171,8 +176,12 @@ class Downloader:
         self._plan_keep()
         # Watch before the start-up scan: a writer that deletes an object while we scan (its
         # own recovery) must still free the window, or those bytes would be held for ever.
-        with Watch(self.layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions:
+        with (
+            Watch(self.layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions,
+            Watch(self.layout.cache_ready, IN_DELETE) as vanished,
+        ):
             self.deletions = deletions
+            self.vanished = vanished  # writers rename out of ready/: a delete is someone else
             self._recover()
             self.transfer = make_transfer(self.config, self._transfer_done)
             self.ctx.ready = True
@@ -214,8 +223,15 @@ class Downloader:
                 os.unlink(entry.path)
         on_disk = self._objects_on_disk()
         for entry in os.scandir(self.layout.cache_meta):
-            if entry.name.removesuffix(".json") not in on_disk:
-                os.unlink(entry.path)
+            name = entry.name.removesuffix(".json")
+            parsed = parse_object_name(name)
+            if name in on_disk:
+                continue
+            if parsed is not None and parsed[2] in logged.get(parsed[0], ()):
+                self.refetch.add(name)  # published, then deleted before a writer read it
+                log.warning("%s vanished from %s; fetching it again", name, self.layout.cache)
+            else:
+                os.unlink(entry.path)  # written early for a fetch that never finished
         self._reset_windows(on_disk)
 
     def _objects_on_disk(self) -> dict[str, int]:
@@ -310,10 +326,19 @@ class Downloader:
             bucket = self.config.source.bucket
             for seq, row in enumerate(order):
                 obj = self.share[row]
-                if key_hash(bucket, obj.key) in logged:
+                digest = key_hash(bucket, obj.key)
+                if digest in logged and not self._refetching(epoch, seq, digest):
                     progress.mark(seq)
                     done_bytes += obj.size
         return done_bytes
+
+    def _refetching(self, epoch: int, seq: int, digest: str) -> bool:
+        name = object_name(epoch, seq, digest) if self.refetch else ""
+        if name not in self.refetch:
+            return False
+        self.refetch.discard(name)
+        self.counters["objects_refetched"] += 1
+        return True
 
     def _first_epoch(self) -> int:
         epoch = 0
@@ -385,6 +410,9 @@ class Downloader:
         self.ctx.report()
 
     def _apply_deletions(self, timeout: float) -> None:
+        for event in self.vanished.read_now():
+            if not event.overflow:
+                self._refetch(event.name)
         for event in self.deletions.read(timeout):
             if event.overflow:
                 self._reset_windows({**self._objects_on_disk(), **self._in_flight_sizes()})
@@ -393,6 +421,33 @@ class Downloader:
             if name is not None:
                 self.window.release(name)
                 self.handoff.release(name)
+
+    def _refetch(self, name: str) -> None:
+        """``ready/<name>`` was deleted before any writer claimed it (a writer renames, never
+        deletes, there): fetch it again under the same name. Its meta is (re)written first, so
+        the supervisor does not call its epoch complete meanwhile."""
+        parsed = parse_object_name(name)
+        if parsed is None or parsed[0] not in self.epochs:
+            return
+        epoch, seq, _ = parsed
+        order = epoch_permutation(
+            len(self.share),
+            seed=self.config.epochs.seed,
+            epoch=epoch,
+            shuffle=self.config.epochs.shuffle,
+        )
+        obj = self.share[order[seq]]
+        job = Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
+        self._write_meta(job)
+        self.window.release(name)
+        log.warning(
+            "%s (s3://%s/%s) vanished from ready/ before a writer read it; fetching it again",
+            name,
+            self.config.source.bucket,
+            obj.key,
+        )
+        self.counters["objects_refetched"] += 1
+        self._retry(job, delay=0.0, count_attempt=False)
 
     def _in_flight_sizes(self) -> dict[str, int]:
         return {name: job.obj.size for name, job in self.active.items()}

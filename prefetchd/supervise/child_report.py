@@ -95,6 +95,7 @@ class DownloaderCounters(TypedDict):
     integrity_failures: int
     objects_unverified: int
     verify_requests: int
+    objects_refetched: int  # deleted from cache_dir before a writer read them: fetched again
     epoch: int  # the epoch being downloaded
     epoch_objects: int
     epoch_objects_done: int
@@ -159,6 +160,7 @@ class Counts:
     keep_gets_saved: int = 0
     keep_refetched: int = 0
     keep_stopped: int = 0
+    objects_refetched: int = 0
     records_written: int = 0
     shards_written: int = 0
     bytes_written: int = 0

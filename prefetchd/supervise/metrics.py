@@ -68,6 +68,12 @@ METRICS = (
         "Kept copies that failed their check on use and were downloaded again",
     ),
     Figure("prefetchd_keep_bytes", "gauge", "keep_bytes", "Bytes kept on disk (download.keep)"),
+    Figure(
+        "prefetchd_objects_refetched",
+        "counter",
+        "objects_refetched",
+        "Objects deleted from cache_dir before a writer read them, and fetched again",
+    ),
     Figure("prefetchd_records_written", "counter", "records_written", "Records in shards"),
     Figure("prefetchd_shards_written", "counter", "shards_written", "Shards published"),
     Figure("prefetchd_written_bytes", "counter", "bytes_written", "Bytes of shards published"),

@@ -10,10 +10,10 @@ Daemon (``status.json`` ``state``; ``done`` and ``failed`` are final, and ``drai
 with the process, exit 0)::
 
     starting --every child reported ready--> running
-    starting --a child could not start or kept crashing--> failed
+    starting --a child could not start or kept crashing, or shards were lost--> failed
     starting --SIGTERM, SIGINT or SIGHUP--> draining
     starting --last epoch consumed (resumed job)--> done
-    running  --a child could not start or kept crashing--> failed
+    running  --a child could not start or kept crashing, or shards were lost--> failed
     running  --SIGTERM, SIGINT or SIGHUP--> draining
     running  --last epoch consumed--> done
 
@@ -120,7 +120,7 @@ def _suffix(detail: str) -> str:
 
 _STOP_SIGNALS = "SIGTERM, SIGINT or SIGHUP"
 _CHILD_STOPPING = "daemon stopping"
-_CHILD_FATAL = "a child could not start or kept crashing"
+_CHILD_FATAL = "a child could not start or kept crashing, or shards were lost"
 D = DaemonState
 C = ChildState
 

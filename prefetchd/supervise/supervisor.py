@@ -1,19 +1,19 @@
 """The supervisor: ``prefetchd run``. Starts the children, keeps them alive, keeps the books.
 
-Its loop reads like a table of contents: handle signals, reap and restart children, notice
-epochs that are complete, return shards of dead trainers, publish status, ping systemd. Signal
+Its loop reads like a table of contents: handle signals, reap and restart children, note the
+shards trainers finished, notice epochs that are complete, return shards of dead trainers,
+publish status, ping systemd. At start-up it takes its directories (``owner.py``) and, resuming
+a job, checks that nothing it published vanished (``recovery.py``). Signal
 handlers only record the signal. A child that cannot boot stops the daemon with its reason; a
 child that crashes later is restarted with backoff, and one that keeps crashing fails the daemon.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import time
 from collections import deque
@@ -23,22 +23,27 @@ from typing import Any
 
 from prefetchd import __version__
 from prefetchd.config import Config
-from prefetchd.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure
+from prefetchd.errors import EXIT_FAILURE, EXIT_OK
+from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import (
     Layout,
     claimed_object,
     dir_bytes,
     epoch_prefix,
     holds_lock,
+    is_own_file,
     parse_claim_name,
     write_atomic,
 )
+from prefetchd.ledger import forget_epoch, record_delivered
 from prefetchd.logs import redact
+from prefetchd.owner import Ownership, claim_dirs
 from prefetchd.supervise.child import child_main
 from prefetchd.supervise.child_report import ChildReport
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
 from prefetchd.supervise.keep_status import hit_ratio, keep_epochs
+from prefetchd.supervise.recovery import CACHE, RAM, recover, write_disks
 from prefetchd.supervise.roles import ROLES
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
 from prefetchd.supervise.states import DAEMON, ChildState, DaemonState
@@ -81,9 +86,12 @@ class Supervisor:
         self.last_snapshot: StatusRecord | None = None
         self._last_notice = ""
         self.next_epoch = 0  # lowest epoch not yet complete
+        self.ledger_epoch = 0  # lowest epoch whose ledger may still be needed
         self.started = time.time()  # shown to people; durations use started_monotonic
         self.started_monotonic = time.monotonic()
-        self._lock_fd = -1
+        self.ownership = Ownership([])
+        self._finished: Watch | None = None  # claimed/: a trainer deleted a shard it read
+        self._vanished: Watch | None = None  # ready/: nobody but a stranger deletes there
         self._last_status = 0.0
         self._last_epoch_check = 0.0
         self._last_watchdog = 0.0
@@ -99,6 +107,7 @@ class Supervisor:
                     break  # children may already be exiting from the same signal: no restarts
                 self._reap_and_restart()
                 self._check_started()
+                self._note_deliveries()
                 self._check_epochs()
                 self._return_orphaned_claims()
                 self._check_done()
@@ -110,15 +119,26 @@ class Supervisor:
             self._publish_status(force=True)
             if self.metrics is not None:
                 self.metrics.stop()
-            os.close(self._lock_fd)
+            self._note_deliveries()
+            for watch in (self._finished, self._vanished):
+                if watch is not None:
+                    watch.close()
+            self.ownership.close()
         if self.state is DaemonState.FAILED:
             return EXIT_FAILURE
         return EXIT_OK
 
     def _boot(self) -> None:
+        self.ownership = claim_dirs(self.layout, self.config)
         self.layout.create()
-        self._take_lock()
-        self._prepare_state()
+        if self._prepare_state():
+            reason = recover(self.layout, self.ownership)
+            if reason is not None:
+                self._fail(reason)
+                return  # nothing starts; status says why, and ready_files() raises it
+        write_disks(self.layout, self.ownership)
+        self._finished = Watch(self.layout.ram_claimed, IN_DELETE)
+        self._vanished = Watch(self.layout.ram_ready, IN_DELETE)
         # SIGHUP drains like SIGTERM: it comes from a closed terminal, never from systemd or
         # Kubernetes, and there is no config to reload (docs/operations.md, "Restarts and
         # signals").
@@ -137,21 +157,9 @@ class Supervisor:
         self.lifecycle.start_all()
         self._publish_status(force=True)
 
-    def _take_lock(self) -> None:
-        fd = os.open(self.layout.daemon_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RuntimeFailure(
-                f"another prefetchd is already running with status.state_dir {self.layout.state}"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
-
-    def _prepare_state(self) -> None:
-        """Resume the same unfinished job; otherwise start clean (sweeping what was left)."""
+    def _prepare_state(self) -> bool:
+        """Resume the same unfinished job (True); otherwise start clean, sweeping what was
+        left (False)."""
         fingerprint = self.config.job_fingerprint()
         try:
             previous = json.loads(self.layout.job_file.read_text(encoding="utf-8"))
@@ -170,9 +178,13 @@ class Supervisor:
             stale.unlink()
         job = {"fingerprint": fingerprint, "finished": False, "started": time.time()}
         write_atomic(self.layout.job_file, json.dumps(job).encode(), fsync=True)
+        return resume
 
     def _wipe(self) -> None:
+        """Delete what an earlier job left: only names our scheme makes (``layout.is_own_file``);
+        anything else in our directories is someone's, and stays."""
         lay = self.layout
+        lay.disks_file.unlink(missing_ok=True)
         for directory in (
             lay.cache_tmp,
             lay.cache_meta,
@@ -184,13 +196,14 @@ class Supervisor:
             lay.progress,
             lay.journal,
             lay.epochs,
+            lay.shards,
         ):
             # Empty, don't replace: trainers may be watching these directories with inotify.
             for entry in os.scandir(directory):
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
+                if is_own_file(directory.name, entry.name) and not entry.is_dir():
                     os.unlink(entry.path)
+                else:
+                    log.warning("left %s alone: prefetchd did not make it", entry.path)
 
     def _first_incomplete_epoch(self) -> int:
         epoch = 0
@@ -261,6 +274,47 @@ class Supervisor:
 
     # --- epochs and shards --------------------------------------------------------------------
 
+    def _note_deliveries(self) -> None:
+        """Record the shards trainers finished (their claimant deleted them) in the ledger, so a
+        restart after a lost RAM disk knows what was read; fail if a shard nobody claimed was
+        deleted from ``ready/`` (its records are gone, and no trainer got them)."""
+        if self._finished is None or self._vanished is None:
+            return
+        done = [
+            claim[1]
+            for event in self._finished.read_now()
+            if not event.overflow and (claim := parse_claim_name(event.name)) is not None
+        ]
+        if done:
+            record_delivered(self.layout, done)
+        lost = [e.name for e in self._vanished.read_now() if not e.overflow]
+        if lost:
+            self._check_disks()  # the whole directory emptied says more than one shard gone
+        if lost and self.state is not DaemonState.FAILED:
+            self._fail(
+                f"output.ram_dir {self.layout.ram}: shard {lost[0]} was deleted from ready/ "
+                f"before any trainer read it ({len(lost)} shards in all): its records are lost"
+            )
+
+    def _lost_something(self) -> bool:
+        """Whether the ledger or the disks show a loss now (the daemon is then failed)."""
+        self._note_deliveries()
+        self._check_disks()
+        return self.state is DaemonState.FAILED
+
+    def _check_disks(self) -> None:
+        """Fail if the RAM disk or the cache was emptied under us (our owner marker is gone):
+        what trainers had not read is lost, and a restart re-creates it or says why not."""
+        for claim in self.ownership:
+            if claim.key in (RAM, CACHE) and not claim.intact():
+                if self.state is not DaemonState.FAILED:
+                    self._fail(
+                        f"{claim.key} {claim.path} was emptied under the running daemon (its "
+                        "owner marker is gone): restart prefetchd to re-create what trainers "
+                        "had not read, or to learn why it cannot"
+                    )
+                return
+
     def _check_epochs(self) -> None:
         """Mark epoch k complete once it is downloaded and no raw object of it is left: writers
         delete a raw object only after the shard holding its last record is published."""
@@ -268,6 +322,9 @@ class Supervisor:
         if now - self._last_epoch_check < EPOCH_CHECK_INTERVAL:
             return
         self._last_epoch_check = now
+        self._check_disks()
+        if self.state is DaemonState.FAILED:
+            return
         count = self.config.epochs.count
         while (count is None or self.next_epoch < count) and self._epoch_complete(self.next_epoch):
             epoch = self.next_epoch
@@ -275,25 +332,56 @@ class Supervisor:
             (self.layout.progress / f"e{epoch}.log").unlink(missing_ok=True)
             log.info("epoch %d: every shard published", epoch)
             self.next_epoch += 1
+        self._forget_read_epochs()
+
+    def _forget_read_epochs(self) -> None:
+        """Drop the ledger of complete epochs none of whose shards is left on the RAM disk:
+        trainers read them all. The listing comes before the deliveries are noted, so every
+        deletion it missed is in the ledger first."""
+        while self.ledger_epoch < self.next_epoch:
+            prefix = epoch_prefix(self.ledger_epoch)
+            lay = self.layout
+            try:
+                names = os.listdir(lay.ram_ready) + os.listdir(lay.ram_tmp)
+                claims = [parse_claim_name(n) for n in os.listdir(lay.ram_claimed)]
+            except FileNotFoundError:
+                return  # the RAM disk was emptied: _check_disks fails the daemon
+            names += [claim[1] for claim in claims if claim is not None]
+            if any(n.startswith(prefix) for n in names):
+                return
+            self._note_deliveries()
+            forget_epoch(lay, self.ledger_epoch)
+            self.ledger_epoch += 1
 
     def _epoch_complete(self, epoch: int) -> bool:
         if not self.layout.downloaded_marker(epoch).exists():
             return False
         prefix = epoch_prefix(epoch)
-        if any(n.startswith(prefix) for n in os.listdir(self.layout.cache_ready)):
+        lay = self.layout
+        try:
+            ready, meta = os.listdir(lay.cache_ready), os.listdir(lay.cache_meta)
+            claimed = os.listdir(lay.cache_claimed)
+        except FileNotFoundError:
+            return False  # the cache was emptied: _check_disks fails the daemon with the reason
+        if any(n.startswith(prefix) for n in ready):
             return False
-        return not any(
-            (claimed_object(n) or "").startswith(prefix)
-            for n in os.listdir(self.layout.cache_claimed)
-        )
+        # An object's meta goes only once its records are in shards (or it was skipped): one
+        # deleted from ready/ under us is still owed, and the downloader fetches it again.
+        if any(n.startswith(prefix) for n in meta):
+            return False
+        return not any((claimed_object(n) or "").startswith(prefix) for n in claimed)
 
     def _return_orphaned_claims(self, *, force: bool = False) -> None:
         """Shards claimed by a trainer process that died go back to ``ready/``."""
-        if not force and int(time.monotonic() / TICK) % 5:
+        if self.state is DaemonState.FAILED or (not force and int(time.monotonic() / TICK) % 5):
             return
         lay = self.layout
         dead: dict[str, bool] = {}
-        for name in os.listdir(lay.ram_claimed):
+        try:
+            names = os.listdir(lay.ram_claimed)
+        except FileNotFoundError:
+            return  # the RAM disk was emptied: _check_disks fails the daemon with the reason
+        for name in names:
             parsed = parse_claim_name(name)
             if parsed is None:
                 continue
@@ -310,13 +398,13 @@ class Supervisor:
 
     def _check_done(self) -> None:
         count = self.config.epochs.count
-        if count is None or self.next_epoch < count:
-            return
+        if count is None or self.next_epoch < count or self.state is DaemonState.FAILED:
+            return  # (failed: a child or a loss in this very tick; its reason stands)
         lay = self.layout
-        if any(os.listdir(d) for d in (lay.ram_ready, lay.ram_claimed)):
+        if _count(lay.ram_ready) or _count(lay.ram_claimed):
             return
-        if self.state is DaemonState.FAILED:
-            return  # a child failed in this very tick: its reason stands
+        if self._lost_something():
+            return  # never done with records missing
         DAEMON.move(self, DaemonState.DONE, "daemon", f"{count} epochs")
         job = json.loads(lay.job_file.read_text(encoding="utf-8"))
         write_atomic(lay.job_file, json.dumps({**job, "finished": True}).encode(), fsync=True)

@@ -15,8 +15,9 @@ buffer that the shard takes in one write. Per record, no Python code runs on thi
 Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced; the line's
 format is ``journal.py``)::
 
-    shard complete in .tmp  ->  journal line {shard, positions, finished}  ->  rename into ready/
-    ->  delete the raw objects whose last record is in that shard
+    shard complete in .tmp  ->  ledger line (``ledger.py``)  ->  journal line {shard, positions,
+    finished}  ->  rename into ready/  ->  delete the raw objects whose last record is in that
+    shard (meta first: a meta whose object is gone then always means the object vanished)
 
 ``positions`` counts the records taken from every still-open object. After a crash the writer
 rolls the last journalled shard forward if it is still in ``.tmp``, drops other temp shards,
@@ -48,6 +49,7 @@ from prefetchd.layout import (
     writer_claim_name,
     writer_claim_prefix,
 )
+from prefetchd.ledger import record_published
 from prefetchd.seeds import mixing_rng, object_rng
 from prefetchd.supervise.child import ChildContext
 from prefetchd.supervise.child_report import Activity, QuarantineCounter, WriterCounters
@@ -556,6 +558,7 @@ class Writer:
         )
         if shard is not None:
             shard.finish()
+            record_published(self.layout, self.index, shard.name, shard.records)
         self.journal.append(entry)
         if shard is not None:
             shard.publish()
@@ -570,8 +573,8 @@ class Writer:
 
     def _delete_raw(self, name: str) -> None:
         for path in (
-            self._claimed_path(name),
             self.layout.cache_meta / f"{name}.json",
+            self._claimed_path(name),
         ):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

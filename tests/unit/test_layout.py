@@ -234,9 +234,18 @@ def test_make_private_dir_tightens_our_own_0750_dir(tmp_path: Path) -> None:
     path.mkdir()
     path.chmod(0o750)
     (path / "kept").write_bytes(b"data")
-    make_private_dir(path)
+    make_private_dir(path, tighten=True)
     assert mode_of(path) == 0o700
     assert (path / "kept").read_bytes() == b"data"
+
+
+def test_make_private_dir_never_changes_the_mode_of_a_dir_it_did_not_make(tmp_path: Path) -> None:
+    """DESIGN.md invariant 7: an existing directory someone else made keeps its mode."""
+    path = tmp_path / "d"
+    path.mkdir()
+    path.chmod(0o750)
+    assert make_private_dir(path) is False
+    assert mode_of(path) == 0o750
 
 
 def test_make_private_dir_accepts_an_existing_private_dir(tmp_path: Path) -> None:
