@@ -602,7 +602,14 @@ class Downloader:
         self.results.put(job)
 
     def _write_meta(self, job: Job) -> None:
-        meta = {"key": job.obj.key, "size": job.obj.size, "etag": job.obj.etag, "epoch": job.epoch}
+        meta: dict[str, object] = {
+            "key": job.obj.key,
+            "size": job.obj.size,
+            "etag": job.obj.etag,
+            "epoch": job.epoch,
+        }
+        if job.records_ok:
+            meta["records_ok"] = True  # the writer skips its read-through (writer._validate)
         write_atomic(self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode())
 
     def _try_publish(self, job: Job) -> OSError | None:
@@ -618,10 +625,11 @@ class Downloader:
         return None
 
     def _publish(self, job: Job) -> None:
-        if job.name in self.meta_written:
+        if job.name in self.meta_written and not job.records_ok:
             self.meta_written.discard(job.name)
         else:
-            self._write_meta(job)
+            self.meta_written.discard(job.name)
+            self._write_meta(job)  # (again, with records_ok: what verifying it found)
         self._log(job, "P")
         if self.keeper is not None:
             room = self.window.limit - self.window.used

@@ -45,6 +45,9 @@ class Job:
     expected: Expected | None = None
     unverified: str | None = None  # why only the size can be checked
     bad_digest: bytes | None = None  # what the last fetch that failed verification hashed to
+    # Every TFRecord frame of the file passed its CRCs (uncompressed ``tfrecord`` input): the
+    # meta says so, and the writer need not read the object through before taking records.
+    records_ok: bool = False
 
     @property
     def all_submitted(self) -> bool:

@@ -134,8 +134,10 @@ class Verifier:
         GB). If they fail, the MD5 ETag, when there is one, tells a transfer fault (re-fetch)
         from an object stored that way: that one is published, and the writer quarantines it
         with its key in status like any corrupt input."""
+        job.records_ok = False
         try:
             check_file(job.fd, job.obj.size)
+            job.records_ok = True
         except FramingError as exc:
             if not is_plain_md5(job.obj.etag):
                 raise IntegrityError(f"TFRecord CRC check failed {exc}") from None

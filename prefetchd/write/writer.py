@@ -452,9 +452,10 @@ class Writer:
         parsed = parse_object_name(name)
         assert parsed is not None
         try:
-            key = json.loads(meta_path.read_text(encoding="utf-8"))["key"]
-        except (OSError, ValueError, KeyError):
-            key = f"<unknown key of {name}>"
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            key = meta["key"]
+        except (OSError, ValueError, KeyError, TypeError):
+            meta, key = {}, f"<unknown key of {name}>"
         if self.config.epochs.shuffle:
             batches = shuffled_object_frames(
                 self.format,
@@ -470,11 +471,24 @@ class Writer:
         self.open.append(obj)
         self.picks = b""  # the set of objects to choose from changed
         try:
-            if resume_at == 0 and not read_whole_first(self.format, key, str(path)):
+            if resume_at == 0 and not self._checked_whole(meta, key, path):
                 self._validate(obj)
             self._skip(obj, resume_at)  # which also reads the first batch
         except Exception as exc:  # any exception from parsing input quarantines that object
             self._quarantine(obj, exc)
+
+    def _checked_whole(self, meta: dict[str, object], key: str, path: Path) -> bool:
+        """Whether the object is known good before its first record is taken, so reading it
+        through first (``_validate``) would only repeat work: the format checks all of it first,
+        or the downloader found every TFRecord frame's CRCs right (``records_ok`` in its meta:
+        uncompressed ``tfrecord`` input, whose bytes went from its check into the cache file and
+        never left this host) and the object is too small to hold a record over
+        ``output.max_record_size``."""
+        if meta.get("records_ok") is True:
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_size <= self.config.output.max_record_size:
+                    return True
+        return read_whole_first(self.format, key, str(path))
 
     def _validate(self, obj: OpenObject) -> None:
         """Parse the whole object once, keeping nothing, before any of its records is taken:

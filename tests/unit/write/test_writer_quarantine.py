@@ -5,6 +5,7 @@ object never end is given up on after ``MAX_ATTEMPTS`` (the note in ``attempts.p
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -19,7 +20,7 @@ import pytest
 from prefetchd.config import Config, config_from_dict
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.supervise.child import ChildContext
-from prefetchd.tfrecord import read_records
+from prefetchd.tfrecord import frame, read_records
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import get_format
 from prefetchd.write.writer import Writer
@@ -175,3 +176,38 @@ def test_only_reads_cut_short_after_a_hang_count(tmp_path: Path) -> None:
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("Linux only")
+
+
+def test_tfrecord_objects_the_downloader_checked_are_not_read_through_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The downloader checks every frame's CRCs of uncompressed tfrecord input and says so in
+    the meta (``records_ok``): the writer trusts that for objects no larger than
+    max_record_size and reads the others (and unchecked ones) through once first."""
+    rng = random.Random(5)
+    # more than one read batch (1 MiB), or a format reads it whole before its first record
+    body = b"".join(frame(rng.randbytes(rng.randrange(1, 40_000))) for _ in range(80))
+    big = b"".join(frame(rng.randbytes(60_000)) for _ in range(90))  # over max_record_size
+    bodies = [("ok.tfrecord", body), ("unchecked.tfrecord", body), ("big.tfrecord", big)]
+    config, names = prepare(tmp_path, "tfrecord", bodies)
+    config = dataclasses.replace(
+        config, output=dataclasses.replace(config.output, max_record_size=4 * 1024**2)
+    )
+    assert 1024**2 < len(body) < 4 * 1024**2 < len(big)
+    meta_dir = Layout.of(config).cache_meta
+    for name, (key, data) in zip(names, bodies, strict=True):
+        if key != "unchecked.tfrecord":
+            meta = {"key": key, "size": len(data), "records_ok": True}
+            (meta_dir / f"{name}.json").write_text(json.dumps(meta))
+    validated: list[str] = []
+    original = Writer._validate
+
+    def counting(self: Writer, obj: object) -> None:
+        validated.append(obj.key)  # type: ignore[attr-defined]
+        original(self, obj)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Writer, "_validate", counting)
+    got, counters = run(config, len(bodies))
+    want = Counter(r for _, data in bodies for r in read_records(io.BytesIO(data)))
+    assert got == want and counters["objects_quarantined"] == 0
+    assert sorted(validated) == ["big.tfrecord", "unchecked.tfrecord"]
