@@ -11,12 +11,13 @@ bytes were read without a line end: a huge line is never held whole.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 from prefetchd.config import DEFAULT_MAX_RECORD_SIZE
 from prefetchd.write import core
 from prefetchd.write.example import encode_example
-from prefetchd.write.formats.compressed import open_object
+from prefetchd.write.formats.compressed import compression_of, open_object
 from prefetchd.write.frames import BATCH_BYTES, Frames
 from prefetchd.write.quarantine import RecordTooLarge
 
@@ -24,6 +25,13 @@ from prefetchd.write.quarantine import RecordTooLarge
 class LinesFormat:
     def __init__(self, max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> None:
         self.max_record_size = max_record_size
+
+    def read_whole_first(self, key: str, path: str) -> bool:
+        """Nothing in an uncompressed object no larger than ``max_record_size`` can fail: every
+        byte sequence is lines, and no line can be over the limit. So the writer need not read
+        it through before taking its records (a compressed stream can be truncated or
+        garbage, and a larger object can hold a line over the limit)."""
+        return compression_of(key) is None and os.path.getsize(path) <= self.max_record_size
 
     def records(self, key: str, path: str) -> Iterator[bytes]:
         key_bytes = key.encode("utf-8", "surrogateescape")

@@ -21,7 +21,8 @@ import zstandard
 from prefetchd.config import config_from_dict
 from prefetchd.errors import ConfigError, CorruptObject
 from prefetchd.tfrecord import frame
-from prefetchd.write.formats import get_format, object_frames
+from prefetchd.write.formats import get_format, object_frames, read_whole_first
+from prefetchd.write.formats.lines import LinesFormat
 from prefetchd.write.formats.plugin import PluginFormat
 from prefetchd.write.quarantine import (
     ParseTimeout,
@@ -327,3 +328,18 @@ def test_parse_timeout_must_be_a_sensible_number_of_seconds(value: object) -> No
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("SIGALRM and tmpfs: Linux only")
+
+
+def test_which_objects_the_writer_need_not_read_through_first(tmp_path: Path) -> None:
+    """Only objects that cannot fail after their first record skip the writer's read-through:
+    an uncompressed lines object no larger than max_record_size (no line can be over it), a
+    raw object (one record); not a compressed one, nor a larger one."""
+    lines = LinesFormat(max_record_size=1024)
+    small, large, packed = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl.gz"
+    small.write_bytes(b"x\n" * 512)
+    large.write_bytes(b"x\n" * 513)
+    packed.write_bytes(gzip.compress(b"x\n"))
+    assert read_whole_first(lines, "a.jsonl", str(small))
+    assert not read_whole_first(lines, "b.jsonl", str(large))
+    assert not read_whole_first(lines, "c.jsonl.gz", str(packed))
+    assert read_whole_first(get_format("raw"), "b.jsonl", str(large))
