@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from prefetchd.config import Config, config_from_dict
+from prefetchd.download.checksums import records_checked
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.supervise.child import ChildContext
 from prefetchd.write.writer import Writer
@@ -158,11 +159,16 @@ def writer_config(root: Path, ram: Path, fmt: str, mix: int) -> Config:
     )
 
 
-def publish_objects(layout: Layout, objects: list[tuple[str, bytes]]) -> None:
-    """Put the objects where the downloader publishes them, and mark the epoch downloaded."""
+def publish_objects(layout: Layout, objects: list[tuple[str, bytes]], format: str) -> None:
+    """Put the objects where the downloader publishes them, with the meta it writes (for
+    uncompressed tfrecord input: every frame's CRCs checked, ``records_ok``), and mark the
+    epoch downloaded."""
     for seq, (key, body) in enumerate(objects):
         name = object_name(0, seq, key_hash(BUCKET, key))
-        (layout.cache_meta / f"{name}.json").write_text(json.dumps({"key": key}))
+        meta: dict[str, object] = {"key": key, "size": len(body)}
+        if records_checked(format, key):
+            meta["records_ok"] = True  # the sample objects are valid: the check passes
+        (layout.cache_meta / f"{name}.json").write_text(json.dumps(meta))
         (layout.cache_ready / name).write_bytes(body)
     layout.downloaded_marker(0).write_text("")
 
@@ -175,7 +181,7 @@ def run_once(dataset: str, objects: list[tuple[str, bytes]], mix: int) -> Result
         config = writer_config(root, ram / "out", DATASETS[dataset].kind, mix)
         layout = Layout.of(config)
         layout.create()
-        publish_objects(layout, objects)
+        publish_objects(layout, objects, config.source.format)
         ctx = ProfileContext(config, len(objects))
         writer = Writer(ctx, 0)
         wall, cpu = time.perf_counter(), time.process_time()

@@ -43,10 +43,18 @@ class RawFormat:
     def _data(self, key: str, path: str, *, buffered: bool) -> bytes:
         """The object's (decompressed) bytes; raises ``RecordTooLarge`` over the limit."""
         limit = self.max_record_size
-        if compression_of(key) is None and os.stat(path).st_size > limit:
-            raise RecordTooLarge(key, "raw object", os.stat(path).st_size, limit, exact=True)
+        most = limit  # bytes to ask for: the limit, or an uncompressed object's size
+        if compression_of(key) is None:
+            size = os.stat(path).st_size
+            if size > limit:
+                raise RecordTooLarge(key, "raw object", size, limit, exact=True)
+            # read(n) allocates n bytes up front: ask for what is there (+1 to see growth),
+            # not for the whole limit, which costs a 64 MiB allocation per small object
+            most = size
         with open_object(key, path, buffered=buffered) as f:
-            data = f.read(limit + 1)
+            data = f.read(most + 1)
+            if most < limit and len(data) > most:  # grew since the stat: read on, to the limit
+                data += f.read(limit - len(data) + 1)
         if len(data) > limit:
             raise RecordTooLarge(key, "raw object (decompressed)", len(data), limit)
         return data
