@@ -1,5 +1,6 @@
 """The benchmark's pure part: medians of interleaved runs, ratios, the daemon's CPU split, the
-tables and issue #3's bars (the data-path issue's bars are ``bench.bars``).
+tables and the first bars, on loopback and the shaped network (the data-path bars are
+``bench.bars``).
 
 A run is a dict with at least ``network``, ``dataset``, ``loader`` and the metrics below; the
 harness (``bench.runner``) produces them, this module only computes. Nothing here measures
@@ -35,7 +36,7 @@ METRICS = (
     "work_ms_median",
     "step_ms_median",
 )
-# The bars of issue #3.
+# The first bars (loopback and the shaped network).
 BAR_VS_BASELINE = 3.0
 BAR_VS_CEILING = 0.8
 BAR_VS_CEILING_SMALL_LOOPBACK = 0.6
@@ -145,7 +146,7 @@ def bars(
         if dataset.endswith("/gil"):
             continue  # the GIL runs do Python work per batch: they are not throughput runs
         if network == "paced":
-            continue  # issue #3 had no paced network; its bar there is bench.bars' bar 7
+            continue  # the first bars had no paced network; its bar there is bench.bars' bar 7
         tag = f"{network}/{dataset}/{loader}"
         if network == "shaped":
             add(f"{tag}: ÷ baseline", r["vs_baseline"], BAR_VS_BASELINE, True)
@@ -288,7 +289,7 @@ def markdown(
     *sections: str,
 ) -> str:
     """The results section of docs/benchmarks.md: machine, versions, command, load, table,
-    issue #3's bars, then ``sections`` (the CPU table, the bars table) as given."""
+    the first bars, then ``sections`` (the CPU table, the bars table) as given."""
     m = meta["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()))
     load0 = " ".join(f"{x:.2f}" for x in meta["load_at_start"])

@@ -2,7 +2,7 @@
 
 - The download window: raw bytes on local disk (published + claimed + in flight) never exceed
   ``download.window``, except that one object larger than the whole window may be fetched
-  alone (DESIGN.md invariant 3).
+  alone (docs/reliability.md, invariant 3).
 - The RAM budget: bytes under ``ram_dir`` never exceed ``output.ram_budget``. Writers reserve
   space in chunks before they write (``RamBudget``): under the budget lock a writer adds up
   the bytes under ``ram_dir`` and, if ``chunk`` more fit, reserves them with

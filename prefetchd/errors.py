@@ -1,4 +1,5 @@
-"""Exceptions that carry a user-facing message and the exit code documented in DESIGN.md."""
+"""Exceptions that carry a user-facing message and the exit code documented in the README
+("Exit codes")."""
 
 from __future__ import annotations
 

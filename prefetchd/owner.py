@@ -1,5 +1,5 @@
-"""One owner per directory (DESIGN.md invariant 7): markers and locks on ram_dir, cache_dir and
-state_dir.
+"""One owner per directory (docs/reliability.md, invariant 7): markers and locks on ram_dir,
+cache_dir and state_dir.
 
 Each of the three directories holds two files directly inside it:
 

@@ -1,8 +1,8 @@
 """Start and stop a local S3 endpoint (moto server) on 127.0.0.1 for the demo, the tests and the
 benchmark (which also runs SeaweedFS: ``testkit.seaweedfs``).
 
-moto is slow (~170 requests/s, see FACTS.md) but speaks S3 faithfully, which is what functional
-tests need. The server always binds 127.0.0.1, runs in its own session (a Ctrl-C in the
+moto is slow (~170 requests/s on a 2-core machine) but speaks S3 faithfully, which is what
+functional tests need. The server always binds 127.0.0.1, runs in its own session (a Ctrl-C in the
 terminal does not reach it; whoever started it stops it) and is stopped by PID:
 SIGTERM, a grace period, then SIGKILL.
 

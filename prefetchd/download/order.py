@@ -3,7 +3,7 @@
 Hosts split the key space by a hash of the key, so every host decides alone (no coordinator)
 and adding a key to the bucket never moves other keys between hosts. Each epoch's order is the
 key-sorted share shuffled with a generator seeded from ``(seed, epoch)``, so the same seed,
-hosts and data give the same order on every run (DESIGN.md invariant 6).
+hosts and data give the same order on every run (docs/reliability.md, invariant 6).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The status record: how the supervisor keeps its books and how people and programs read it.
 
 ``status.json`` in ``status.state_dir`` is rewritten atomically about once a second by the
-supervisor. Its format is ``status_record.py`` (keys are interface: DESIGN.md "status --json");
+supervisor. Its format is ``status_record.py`` (keys are interface: docs/status.md "--json");
 the table is for people. Also here: reading the children's reports and the trainers' wait
 figures, the formats of which are ``child_report.py`` and ``consume/report.py``.
 """

@@ -1,6 +1,6 @@
 """Why an object is quarantined: the reasons counted in status, and the exceptions that carry them.
 
-Whatever a parser raises on one object quarantines that object and nothing else (DESIGN.md,
+Whatever a parser raises on one object quarantines that object and nothing else (README,
 "Formats"). ``classify`` turns any exception into a ``Reason`` and a one-line message: the
 reason is the figure it is counted under (``quarantined_by_reason`` in status), the message is
 what the log line and ``last_errors`` show. The codes are interface (docs/status.md).
