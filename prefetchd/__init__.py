@@ -1,4 +1,4 @@
-"""prefetchd: feed TensorFlow from S3 at full speed.
+"""prefetchd: prefetch training data from S3 into TFRecord shards on a RAM disk, beside the trainer.
 
 The trainer side is one import: ``from prefetchd import ready_files`` (shard paths), or
 ``from prefetchd import records`` (their serialized records, with no framework at all).

@@ -32,7 +32,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="prefetchd", description="Feed TensorFlow from S3 at full speed.")
+    parser = _Parser(
+        prog="prefetchd",
+        description=(
+            "Prefetch training data from S3 into TFRecord shards on a RAM disk, beside the trainer."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"prefetchd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run the daemon in the foreground")

@@ -71,12 +71,20 @@ def env_value(c: dict[str, Any], name: str) -> str | None:
     return None
 
 
+def daemon_config_path(daemon: dict[str, Any]) -> str:
+    """The --config of the prefetchd container, which runs ``prefetchd run`` through
+    ``command:`` (replacing any image entrypoint, docker/Dockerfile's ``prefetchd`` included)."""
+    argv = daemon["command"]
+    assert argv[:2] == ["prefetchd", "run"] and "args" not in daemon, argv
+    return str(argv[argv.index("--config") + 1])
+
+
 def load_pod_config(job: dict[str, Any], tmp_path: Path, index: int = 0) -> Config:
     """The config the pod's prefetchd container sees, loaded as the daemon loads it (with the
     TF_CONFIG its env gives worker ``index``)."""
     pod = job["spec"]["template"]["spec"]
     daemon = container(pod, "prefetchd")
-    config_path = PurePosixPath(daemon["args"][daemon["args"].index("--config") + 1])
+    config_path = PurePosixPath(daemon_config_path(daemon))
     mount = mounted(daemon, Path(config_path))
     assert mount is not None and mount.get("readOnly"), "the config is not mounted read-only"
     volume = {v["name"]: v for v in pod["volumes"]}[mount["name"]]
@@ -124,7 +132,7 @@ def test_config_keys_agree_with_the_example(job: dict[str, Any], tmp_path: Path)
     load_pod_config(job, tmp_path)  # valid, as the daemon would load it
     pod = job["spec"]["template"]["spec"]
     daemon = container(pod, "prefetchd")
-    config_path = daemon["args"][daemon["args"].index("--config") + 1]
+    config_path = daemon_config_path(daemon)
     volume = {v["name"]: v for v in pod["volumes"]}[mount_name(daemon, config_path)]
     ours = yaml.safe_load(configmaps()[volume["configMap"]["name"]]["data"]["prefetchd.yaml"])
     example = yaml.safe_load(EXAMPLE.read_text())
@@ -175,7 +183,7 @@ def test_volumes_and_mounts_agree_with_the_config(job: dict[str, Any], tmp_path:
     assert state["mountPath"] == trainer_state["mountPath"]
 
     # the trainer reads the same config file at the same path
-    config_path = daemon["args"][daemon["args"].index("--config") + 1]
+    config_path = daemon_config_path(daemon)
     assert config_path in trainer["args"]
     assert mount_name(trainer, config_path) == mount_name(daemon, config_path)
 
