@@ -1,6 +1,7 @@
 """TensorFlow as users write it, against the real daemon and moto: multi-worker
 ``experimental_distribute_dataset``, Keras ``fit`` with resume after SIGKILL, and trainers that
-have no TF_CONFIG."""
+have no TF_CONFIG; and, without prefetchd, the Keras failure that keeps ``fit`` off
+``MultiWorkerMirroredStrategy``."""
 
 from __future__ import annotations
 
@@ -23,10 +24,17 @@ pytestmark = pytest.mark.e2e
 SMALL = [3 * 1024, 9 * 1024, 17 * 1024, 30 * 1024, 5 * 1024, 12 * 1024, 24 * 1024, 7 * 1024]
 
 
+def port_range() -> range:
+    """The ports tf.distribute's servers may use: ``PREFETCHD_TEST_PORTS`` ("FIRST-LAST") when
+    set, so engineers sharing a machine keep to their own ranges, else 24100-24999."""
+    first, _, last = os.environ.get("PREFETCHD_TEST_PORTS", "24100-24999").partition("-")
+    return range(int(first), int(last) + 1)
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` free ports of this engineer's range on 127.0.0.1 (for tf.distribute's servers)."""
+    """``n`` free ports of ``port_range()`` on 127.0.0.1 (for tf.distribute's servers)."""
     ports = []
-    for port in range(24100, 24999):
+    for port in port_range():
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -35,7 +43,7 @@ def free_ports(n: int) -> list[int]:
         ports.append(port)
         if len(ports) == n:
             return ports
-    pytest.fail("no free ports in 24100-24999")
+    pytest.fail(f"no {n} free ports in {port_range()}")
 
 
 def tf_config(ports: list[int], index: int) -> str:
@@ -184,3 +192,40 @@ def test_keras_fit_trains_one_prefetchd_epoch_per_keras_epoch_with_endless_epoch
         mine = [line.get("ids", []) for line in lines if line.get("epoch") == epoch]
         trained = Counter(r for ids in mine for r in ids)
         assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"
+
+
+def test_keras_fit_under_multi_worker_mirrored_strategy_fails_in_keras_without_prefetchd(
+    tmp_path: Path,
+) -> None:
+    """Documents a Keras limitation (keras-team/keras#20585): Keras 3's ``fit`` under a
+    two-worker ``MultiWorkerMirroredStrategy`` fails before its first step, with no prefetchd
+    involved: a ``Dataset.range`` pipeline, a model built and compiled in ``strategy.scope()``
+    with known shapes, ``jit_compile=False``, ``steps_per_epoch``. ``_maybe_symbolic_build``
+    calls ``strategy.reduce`` on the first ``(x, y)`` batch, and in multi-worker mode that
+    reduce accepts a single distributed value, not a tuple of them.
+
+    When this test fails because ``fit`` trained, Keras has fixed it: add ``model.fit`` to the
+    multi-worker test above and to docs/multi-worker.md, then delete this test."""
+    ports = free_ports(2)
+    workers = []
+    for index in range(2):
+        out = tmp_path / f"worker{index}.json"
+        with open(out.with_suffix(".log"), "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.e2e.keras_multiworker_fit", str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                cwd=ROOT,
+                env={**os.environ, "TF_CONFIG": tf_config(ports, index)},
+            )
+        workers.append((proc, out))
+    results = [finish_trainer(proc, out, timeout=240) for proc, out in workers]
+    for result in results:
+        assert not result["trained"], (
+            "Keras now trains under MultiWorkerMirroredStrategy (keras-team/keras#20585 fixed?):"
+            " add model.fit to the prefetchd multi-worker test and docs/multi-worker.md"
+        )
+        assert result["error"] == "ValueError", result
+        assert result["where"] == "trainer.py:_maybe_symbolic_build", result
+        assert "PerReplica" in result["message"], result
+        assert "to a Tensor" in result["message"], result
