@@ -227,38 +227,63 @@ def test_keras_fit_trains_one_prefetchd_epoch_per_keras_epoch_with_endless_epoch
         assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"
 
 
-def test_keras_fit_under_multi_worker_mirrored_strategy_fails_in_keras_without_prefetchd(
-    tmp_path: Path,
-) -> None:
-    """Documents a Keras limitation (keras-team/keras#20585): Keras 3's ``fit`` under a
-    two-worker ``MultiWorkerMirroredStrategy`` fails before its first step, with no prefetchd
-    involved: a ``Dataset.range`` pipeline, a model built and compiled in ``strategy.scope()``
-    with known shapes, ``jit_compile=False``, ``steps_per_epoch``. ``_maybe_symbolic_build``
-    calls ``strategy.reduce`` on the first ``(x, y)`` batch, and in multi-worker mode that
-    reduce accepts a single distributed value, not a tuple of them.
-
-    When this test fails because ``fit`` trained, Keras has fixed it: add ``model.fit`` to the
-    multi-worker test above and to docs/multi-worker.md, then delete this test."""
+def fit_on_two_workers(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
+    """Run ``tests.e2e.keras_multiworker_fit`` (no prefetchd) in ``mode`` on two workers with
+    ``MultiWorkerMirroredStrategy``; their reports."""
     ports = free_ports(2)
     workers = []
     for index in range(2):
-        out = tmp_path / f"worker{index}.json"
+        out = tmp_path / f"{mode}{index}.json"
         with open(out.with_suffix(".log"), "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.e2e.keras_multiworker_fit", str(out)],
+                [sys.executable, "-m", "tests.e2e.keras_multiworker_fit", str(out), mode],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 cwd=ROOT,
                 env={**os.environ, "TF_CONFIG": tf_config(ports, index)},
             )
         workers.append((proc, out))
-    results = [finish_trainer(proc, out, timeout=240) for proc, out in workers]
-    for result in results:
-        assert not result["trained"], (
-            "Keras now trains under MultiWorkerMirroredStrategy (keras-team/keras#20585 fixed?):"
-            " add model.fit to the prefetchd multi-worker test and docs/multi-worker.md"
-        )
-        assert result["error"] == "ValueError", result
-        assert result["where"] == "trainer.py:_maybe_symbolic_build", result
-        assert "PerReplica" in result["message"], result
-        assert "to a Tensor" in result["message"], result
+    return [finish_trainer(proc, out, timeout=240) for proc, out in workers]
+
+
+KERAS_FIXED = (
+    "Keras now trains under MultiWorkerMirroredStrategy (keras-team/keras#20585 fixed?): "
+    "drop the workaround from docs/multi-worker.md and tests/e2e/keras_multiworker.py"
+)
+
+
+@pytest.mark.parametrize(
+    ("mode", "where", "message"),
+    [
+        # The first (x, y) batch is reduced eagerly to build the model, and in multi-worker
+        # mode strategy.reduce takes one distributed value, not a tuple of them.
+        ("standard", "trainer.py:_maybe_symbolic_build", "with an unsupported type"),
+        # With one-tensor batches that passes; then each step's scalar logs are reduced with
+        # axis=0, which a scalar does not have.
+        ("packed", "trainer.py:_reduce", "Invalid reduction dimension 0"),
+    ],
+)
+def test_keras_fit_under_multi_worker_mirrored_strategy_fails_in_keras_without_prefetchd(
+    tmp_path: Path, mode: str, where: str, message: str
+) -> None:
+    """Documents a Keras limitation (keras-team/keras#20585, Keras 3.15): ``fit`` under a
+    two-worker ``MultiWorkerMirroredStrategy`` fails before it trains, with no prefetchd
+    involved: a ``Dataset.range`` pipeline with auto-sharding off, a model built and compiled
+    in ``strategy.scope()`` with known shapes, ``jit_compile=False``, ``steps_per_epoch``.
+
+    When this test fails because ``fit`` trained, Keras has fixed it: say so in
+    docs/multi-worker.md, use plain ``(x, y)`` batches there, and delete this test."""
+    for result in fit_on_two_workers(tmp_path, mode):
+        assert not result["trained"], KERAS_FIXED
+        assert (result["error"], result["where"]) == ("ValueError", where), result
+        assert message in result["message"], result
+
+
+def test_keras_fit_under_multi_worker_mirrored_strategy_trains_with_the_workaround(
+    tmp_path: Path,
+) -> None:
+    """The workaround docs/multi-worker.md gives, without prefetchd: one-tensor batches and
+    logs with a batch axis; ``fit`` trains both epochs on both workers."""
+    for result in fit_on_two_workers(tmp_path, "workaround"):
+        assert result.get("trained"), result
+        assert len(result["loss"]) == 2
