@@ -1,15 +1,17 @@
 """Keras ``model.fit`` under ``MultiWorkerMirroredStrategy``, with no prefetchd at all.
 
-    python -m tests.e2e.keras_multiworker_fit OUT.json [standard|packed|workaround]
+    python -m tests.e2e.keras_multiworker_fit OUT.json [standard|from-function|packed|workaround]
 
 The smallest trainer the TF multi-worker Keras tutorial describes: TF_CONFIG (from the
 environment) names this worker, the data is a ``tf.data.Dataset.range`` with auto-sharding off
 (as ``prefetchd.tf.dataset`` sets it), the model is built and compiled inside
 ``strategy.scope()`` with known input shapes and ``jit_compile=False``, and ``fit`` gets
 ``steps_per_epoch``. ``standard`` (the default) feeds ``(x, y)`` batches to a ``Sequential``
-model; ``packed`` feeds one tensor per batch (``[x, y]`` per record) to a model that takes the
-label from it; ``workaround`` is ``packed`` whose ``train_step`` also gives its logs a batch
-axis (the recipe of docs/multi-worker.md).
+model; ``from-function`` is ``standard`` with the dataset distributed by
+``strategy.distribute_datasets_from_function`` before ``fit``; ``packed`` feeds one tensor per
+batch (``[x, y]`` per record) to a model that takes the label from it; ``workaround`` is
+``packed`` whose ``train_step`` also gives its logs a batch axis (the recipe of
+docs/multi-worker.md).
 
 Writes ``{"trained": true, "loss": [...]}`` if ``fit`` returned, or ``{"trained": false,
 "error": "ValueError", "message": "...", "where": "..."}`` naming the exception and the
@@ -68,9 +70,16 @@ class Workaround(Packed):
         return {name: tf.reshape(value, (1,)) for name, value in logs.items()}
 
 
+def data(strategy: Any, mode: str) -> Any:
+    """What ``fit`` gets in ``mode``: the batches, or them distributed by the strategy."""
+    if mode == "from-function":
+        return strategy.distribute_datasets_from_function(lambda context: batches(False))
+    return batches(mode not in ("standard", "from-function"))
+
+
 def build(mode: str) -> Any:
     """The model of ``mode``, built (known input shape) in the current strategy's scope."""
-    if mode == "standard":
+    if mode in ("standard", "from-function"):
         return keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     model = Packed() if mode == "packed" else Workaround()
     model(tf.zeros((1, 2)))
@@ -94,7 +103,7 @@ def main() -> int:
         model = build(mode)
         model.compile(optimizer="sgd", loss="mse", jit_compile=False)
     try:
-        history = model.fit(batches(mode != "standard"), epochs=2, steps_per_epoch=STEPS, verbose=0)
+        history = model.fit(data(strategy, mode), epochs=2, steps_per_epoch=STEPS, verbose=0)
     except Exception as exc:  # reported to the test, which judges it
         result = {
             "trained": False,

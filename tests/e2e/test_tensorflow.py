@@ -258,6 +258,7 @@ KERAS_FIXED = (
         # The first (x, y) batch is reduced eagerly to build the model, and in multi-worker
         # mode strategy.reduce takes one distributed value, not a tuple of them.
         ("standard", "trainer.py:_maybe_symbolic_build", "with an unsupported type"),
+        ("from-function", "trainer.py:_maybe_symbolic_build", "with an unsupported type"),
         # With one-tensor batches that passes; then each step's scalar logs are reduced with
         # axis=0, which a scalar does not have.
         ("packed", "trainer.py:_reduce", "Invalid reduction dimension 0"),
