@@ -1,6 +1,7 @@
 """TensorFlow as users write it, against the real daemon and moto: multi-worker
 ``experimental_distribute_dataset``, Keras ``fit`` with resume after SIGKILL, and trainers that
-have no TF_CONFIG."""
+have no TF_CONFIG; and, without prefetchd, the Keras failure that keeps ``fit`` off
+``MultiWorkerMirroredStrategy``."""
 
 from __future__ import annotations
 
@@ -23,10 +24,17 @@ pytestmark = pytest.mark.e2e
 SMALL = [3 * 1024, 9 * 1024, 17 * 1024, 30 * 1024, 5 * 1024, 12 * 1024, 24 * 1024, 7 * 1024]
 
 
+def port_range() -> range:
+    """The ports tf.distribute's servers may use: ``PREFETCHD_TEST_PORTS`` ("FIRST-LAST") when
+    set, so engineers sharing a machine keep to their own ranges, else 24100-24999."""
+    first, _, last = os.environ.get("PREFETCHD_TEST_PORTS", "24100-24999").partition("-")
+    return range(int(first), int(last) + 1)
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` free ports of this engineer's range on 127.0.0.1 (for tf.distribute's servers)."""
+    """``n`` free ports of ``port_range()`` on 127.0.0.1 (for tf.distribute's servers)."""
     ports = []
-    for port in range(24100, 24999):
+    for port in port_range():
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -35,7 +43,7 @@ def free_ports(n: int) -> list[int]:
         ports.append(port)
         if len(ports) == n:
             return ports
-    pytest.fail("no free ports in 24100-24999")
+    pytest.fail(f"no {n} free ports in {port_range()}")
 
 
 def tf_config(ports: list[int], index: int) -> str:
@@ -94,6 +102,39 @@ def test_two_workers_with_multi_worker_mirrored_strategy_train_on_every_record_o
     assert all(r["records"] for r in results), "one worker got no share"
     assert results[0]["steps"] == results[1]["steps"], "the workers ran different step counts"
     assert results[0]["global"] == len(dataset["ids"])
+
+
+def test_two_workers_keras_fit_under_multi_worker_mirrored_strategy_trains_every_record_once(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """``model.fit(epochs=2)`` under a two-worker ``MultiWorkerMirroredStrategy``, written as
+    docs/multi-worker.md says for Keras 3.15: every record of each epoch trained exactly once
+    across the workers, both workers run the same steps, and no epoch's end hangs although
+    the hosts' shares differ."""
+    dataset = upload("tfrecord", SMALL * 2, seed=11)
+    ports = free_ports(2)
+    trainers = []
+    for index in range(2):
+        host = tmp_path / f"host{index}"
+        config = write_config(
+            host, epochs__count=2, output__shard_size="64KiB", sharding={"num_workers": "auto"}
+        )
+        env = {"TF_CONFIG": tf_config(ports, index)}
+        run_daemon(config, env=env)
+        out = tmp_path / f"worker{index}.json"
+        args = (str(host / "ckpt"), "--epochs", "2")
+        trainers.append(
+            (start_trainer("tests.e2e.keras_multiworker", config, out, *args, env=env), out)
+        )
+    results = [finish_trainer(proc, out, timeout=300) for proc, out in trainers]
+    for epoch in range(2):
+        seen = Counter(rid for r in results for e, rid in r["records"] if e == epoch)
+        assert seen == Counter(dataset["ids"]), f"epoch {epoch}: records lost or trained twice"
+        assert all(any(e == epoch for e, _ in r["records"]) for r in results), "a worker got none"
+    assert results[0]["steps"] == results[1]["steps"], "the workers ran different step counts"
 
 
 def keras_lines(out: Path) -> list[dict[str, Any]]:
@@ -184,3 +225,66 @@ def test_keras_fit_trains_one_prefetchd_epoch_per_keras_epoch_with_endless_epoch
         mine = [line.get("ids", []) for line in lines if line.get("epoch") == epoch]
         trained = Counter(r for ids in mine for r in ids)
         assert trained == Counter(dataset["ids"]), f"epoch {epoch}: records lost or repeated"
+
+
+def fit_on_two_workers(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
+    """Run ``tests.e2e.keras_multiworker_fit`` (no prefetchd) in ``mode`` on two workers with
+    ``MultiWorkerMirroredStrategy``; their reports."""
+    ports = free_ports(2)
+    workers = []
+    for index in range(2):
+        out = tmp_path / f"{mode}{index}.json"
+        with open(out.with_suffix(".log"), "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.e2e.keras_multiworker_fit", str(out), mode],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                cwd=ROOT,
+                env={**os.environ, "TF_CONFIG": tf_config(ports, index)},
+            )
+        workers.append((proc, out))
+    return [finish_trainer(proc, out, timeout=240) for proc, out in workers]
+
+
+KERAS_FIXED = (
+    "Keras now trains under MultiWorkerMirroredStrategy (keras-team/keras#20585 fixed?): "
+    "drop the workaround from docs/multi-worker.md and tests/e2e/keras_multiworker.py"
+)
+
+
+@pytest.mark.parametrize(
+    ("mode", "where", "message"),
+    [
+        # The first (x, y) batch is reduced eagerly to build the model, and in multi-worker
+        # mode strategy.reduce takes one distributed value, not a tuple of them.
+        ("standard", "trainer.py:_maybe_symbolic_build", "with an unsupported type"),
+        ("from-function", "trainer.py:_maybe_symbolic_build", "with an unsupported type"),
+        # With one-tensor batches that passes; then each step's scalar logs are reduced with
+        # axis=0, which a scalar does not have.
+        ("packed", "trainer.py:_reduce", "Invalid reduction dimension 0"),
+    ],
+)
+def test_keras_fit_under_multi_worker_mirrored_strategy_fails_in_keras_without_prefetchd(
+    tmp_path: Path, mode: str, where: str, message: str
+) -> None:
+    """Documents a Keras limitation (keras-team/keras#20585, Keras 3.15): ``fit`` under a
+    two-worker ``MultiWorkerMirroredStrategy`` fails before it trains, with no prefetchd
+    involved: a ``Dataset.range`` pipeline with auto-sharding off, a model built and compiled
+    in ``strategy.scope()`` with known shapes, ``jit_compile=False``, ``steps_per_epoch``.
+
+    When this test fails because ``fit`` trained, Keras has fixed it: say so in
+    docs/multi-worker.md, use plain ``(x, y)`` batches there, and delete this test."""
+    for result in fit_on_two_workers(tmp_path, mode):
+        assert not result["trained"], KERAS_FIXED
+        assert (result["error"], result["where"]) == ("ValueError", where), result
+        assert message in result["message"], result
+
+
+def test_keras_fit_under_multi_worker_mirrored_strategy_trains_with_the_workaround(
+    tmp_path: Path,
+) -> None:
+    """The workaround docs/multi-worker.md gives, without prefetchd: one-tensor batches and
+    logs with a batch axis; ``fit`` trains both epochs on both workers."""
+    for result in fit_on_two_workers(tmp_path, "workaround"):
+        assert result.get("trained"), result
+        assert len(result["loss"]) == 2
