@@ -201,8 +201,10 @@ class TrainingPosition:
         return {**self._base, "records": records}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``to_json()`` to ``path`` atomically (durable before it returns)."""
+        """Write ``to_json()`` to ``path`` atomically (durable before it returns), creating
+        its directory if the model's checkpoint has not made it yet."""
         data = json.dumps(self.to_json(), sort_keys=True).encode()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(Path(path), data, fsync=True)
         # Saved: the epochs it moved past need their shards no longer (the model's checkpoint,
         # saved first, is past them too).

@@ -118,6 +118,12 @@ def test_a_saved_position_that_is_not_json_names_the_file(tmp_path: Path) -> Non
         TrainingPosition.load(path)
 
 
+def test_a_position_saved_before_the_checkpoint_dir_exists_creates_it(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt" / "run-1" / "prefetchd-position.json"
+    TrainingPosition().save(path)
+    assert TrainingPosition.load(path).to_json() == TrainingPosition().to_json()
+
+
 def test_training_stopped_mid_epoch_gives_untrained_shards_back(config: Config) -> None:
     layout = Layout.of(config)
     names = [publish(config, 0, counter, 2) for counter in range(3)]
