@@ -1,0 +1,141 @@
+"""The writer's memory bound, counted in-process (DESIGN.md invariant 8): whatever ``output.mix``
+is, at most one of a writer's open objects holds a large record's batch at a time, so the bytes
+its open objects hold stay within ``mix`` normal shares plus one ``max_record_size``; every
+record still arrives exactly once, and records well under a batch mix as before."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from prefetchd.config import Config, config_from_dict
+from prefetchd.layout import Layout, key_hash, object_name
+from prefetchd.supervise.child import ChildContext
+from prefetchd.tfrecord import read_records
+from prefetchd.write.formats import get_format
+from prefetchd.write.writer import Writer
+
+BUCKET = "bucket"
+MIB = 1024**2
+
+
+def big_line(mix: int) -> int:
+    """A line just over a writer's normal share per open object (``Writer.normal_hold``: twice
+    its shuffle block plus two input batches; 10 MiB with mix 8, 18 MiB with mix 4)."""
+    return 2 * max(256 * 1024, 32 * MIB // mix) + 3 * MIB
+
+
+def max_record(mix: int) -> int:
+    return big_line(mix) + MIB
+
+
+class HeldCounter(ChildContext):
+    """Counts, at every turn of the writer's loop, the bytes its open objects hold and how many
+    of them hold more than a normal share; stops once every object is consumed."""
+
+    def __init__(self, config: Config, objects: int) -> None:
+        super().__init__("writer-0", config)
+        self.objects = objects
+        self.writer: Writer | None = None
+        self.max_held = 0
+        self.max_large = 0
+
+    def should_stop(self) -> bool:
+        writer = self.writer
+        if writer is not None:
+            self.max_held = max(self.max_held, writer.held_bytes())
+            large = sum(o.held() > writer.normal_hold for o in writer.open)
+            self.max_large = max(self.max_large, large)
+        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
+
+
+def big_lines_object(seq: int, size: int) -> bytes:
+    """Small lines around one line of ``size`` bytes (its letter names the object)."""
+    small = b"".join(b'{"o": %d, "i": %d}\n' % (seq, i) for i in range(200))
+    return small + bytes([65 + seq]) * size + b"\n" + small
+
+
+def prepare(root: Path, objects: int, mix: int) -> tuple[Config, list[tuple[str, Path]]]:
+    config = config_from_dict(
+        {
+            "source": {"url": f"s3://{BUCKET}/", "format": "lines"},
+            "epochs": {"count": 1, "seed": 5, "shuffle": True},
+            "download": {"cache_dir": str(root / "cache")},
+            "output": {
+                "ram_dir": str(root / "ram"),
+                "ram_budget": "512MiB",
+                "shard_size": "32MiB",
+                "writers": 1,
+                "mix": mix,
+                "max_record_size": max_record(mix),
+            },
+            "status": {"state_dir": str(root / "state")},
+        }
+    )
+    layout = Layout.of(config)
+    layout.create()
+    sources = []
+    for seq in range(objects):
+        key = f"d/{seq:04d}.jsonl"
+        name = object_name(0, seq, key_hash(BUCKET, key))
+        (layout.cache_meta / f"{name}.json").write_text(json.dumps({"key": key}))
+        body = big_lines_object(seq, big_line(mix))
+        (layout.cache_ready / name).write_bytes(body)
+        copy = root / f"source-{seq}"
+        copy.write_bytes(body)
+        sources.append((key, copy))
+    layout.downloaded_marker(0).write_text("")
+    return config, sources
+
+
+def run_counted(config: Config, objects: int) -> tuple[HeldCounter, Counter[bytes]]:
+    ctx = HeldCounter(config, objects)
+    writer = ctx.writer = Writer(ctx, 0)
+    writer.run()
+    assert ctx.counters["objects_consumed"] == objects
+    got: Counter[bytes] = Counter()
+    for shard in sorted(Layout.of(config).ram_ready.iterdir()):
+        with shard.open("rb") as f:
+            got.update(bytes(r) for r in read_records(f))
+    return ctx, got
+
+
+def expected(sources: list[tuple[str, Path]], mix: int) -> Counter[bytes]:
+    fmt = get_format("lines", max_record_size=max_record(mix))
+    return Counter(r for key, path in sources for r in fmt.records(key, str(path)))
+
+
+@pytest.mark.parametrize("mix", [4, 8])
+def test_a_writer_holds_one_large_record_at_a_time_whatever_the_mix(
+    tmp_path: Path, mix: int
+) -> None:
+    """Was: each open object held its current batch, so a writer with ``mix`` objects made of
+    records near the limit held ``mix`` of them (639 MiB peak RSS with mix 4, bound 528)."""
+    objects = mix + 2
+    config, sources = prepare(tmp_path, objects, mix)
+    ctx, got = run_counted(config, objects)
+    assert got == expected(sources, mix), "every record exactly once"
+    assert ctx.max_large == 1, "one large batch at a time, and the count saw it"
+    writer = ctx.writer
+    assert writer is not None
+    assert writer.normal_hold < big_line(mix), "the lines are large for this mix"
+    bound = (mix - 1) * writer.normal_hold + max_record(mix) + writer.normal_hold
+    assert ctx.max_held <= bound, f"held {ctx.max_held / MIB:.0f} MiB > {bound / MIB:.0f} MiB"
+    assert ctx.max_held < 2 * big_line(mix), "never two large lines at once"
+
+
+def test_without_the_bound_the_count_sees_several_large_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counting above can tell: with the rule switched off, a writer with ``mix`` 4 holds
+    several large records at once (what ``docs/reliability.md`` measured before)."""
+    monkeypatch.setattr(Writer, "_may_fetch", lambda self, obj: True)
+    monkeypatch.setattr(Writer, "_over_share", lambda self: False)
+    config, sources = prepare(tmp_path, 6, 4)
+    ctx, got = run_counted(config, 6)
+    assert got == expected(sources, 4)
+    assert ctx.max_large >= 2, ctx.max_large
+    assert ctx.max_held >= 2 * big_line(4)
