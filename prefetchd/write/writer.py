@@ -111,6 +111,8 @@ class OpenObject:
     taken: int = 0
     holding: Holding = field(default_factory=Holding)  # what ``batches`` keeps besides frames
     waiting: bool = False  # its batch ran out while another object held a large one
+    started: bool = True  # False: reopened after a restart, not yet read up to ``taken``
+    meta: dict[str, object] = field(default_factory=dict)  # the downloader's meta of it
 
     def held(self) -> int:
         """The bytes this object keeps in memory: its current batch and its iterator's."""
@@ -358,9 +360,10 @@ class Writer:
         self.picks = b""  # the set of objects to choose from changed
 
     def _resume_waiting(self) -> None:
-        """Give the parked objects their next batch once they may. If every object of the
-        oldest epoch waits (only after a restart, which opens every claimed object at once),
-        the first goes on anyway: progress before the bound."""
+        """Give the parked objects their next batch once they may (an object reopened after a
+        restart while another held a large batch: its first). If every object of the oldest
+        epoch waits (only possible after a restart), the first goes on anyway: progress
+        before the bound."""
         for obj in [o for o in self.open if o.waiting]:
             if self._may_fetch(obj):
                 self._fetch(obj)
@@ -372,7 +375,10 @@ class Writer:
     def _fetch(self, obj: OpenObject) -> None:
         obj.waiting = False
         self.picks = b""  # the set of objects to choose from changed
-        self._next_batch(obj)
+        if obj.started:
+            self._next_batch(obj)
+        else:
+            self._start(obj)
 
     def _draw(self, mixable: list[OpenObject]) -> None:
         """Draw the next choices of object: no more than can be used before some object's
@@ -535,11 +541,21 @@ class Writer:
             )
         else:
             batches = object_frames(self.format, key, str(path))
-        obj = OpenObject(name, key, parsed[0], path, batches, holding=holding)
+        obj = OpenObject(name, key, parsed[0], path, batches, taken=resume_at, holding=holding)
+        obj.meta = meta
         self.open.append(obj)
         self.picks = b""  # the set of objects to choose from changed
+        if self._over_share():  # only in _recover: _refill opens nothing while this is so
+            obj.waiting, obj.started = True, False
+            return
+        self._start(obj)
+
+    def _start(self, obj: OpenObject) -> None:
+        """Read ``obj`` through first if it needs it (``_validate``), then up to its first
+        record not yet taken (``obj.taken``, from the journal); quarantine it if that fails."""
+        resume_at, obj.taken, obj.started = obj.taken, 0, True
         try:
-            if resume_at == 0 and not self._checked_whole(meta, key, path):
+            if resume_at == 0 and not self._checked_whole(obj.meta, obj.key, obj.path):
                 self._validate(obj)
             self._skip(obj, resume_at)  # which also reads the first batch
         except Exception as exc:  # any exception from parsing input quarantines that object

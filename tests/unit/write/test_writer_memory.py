@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from prefetchd.config import Config, config_from_dict
-from prefetchd.layout import Layout, key_hash, object_name
+from prefetchd.layout import Layout, key_hash, object_name, writer_claim_name
 from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import read_records
 from prefetchd.write.formats import get_format
@@ -52,13 +52,17 @@ class HeldCounter(ChildContext):
         return bool(self.counters.get("objects_consumed", 0) >= self.objects)
 
 
-def big_lines_object(seq: int, size: int) -> bytes:
-    """Small lines around one line of ``size`` bytes (its letter names the object)."""
+def big_lines_object(seq: int, size: int, *, big_first: bool = False) -> bytes:
+    """Small lines around one line of ``size`` bytes (its letter names the object), or that
+    line first: then the object's first batch holds it."""
     small = b"".join(b'{"o": %d, "i": %d}\n' % (seq, i) for i in range(200))
-    return small + bytes([65 + seq]) * size + b"\n" + small
+    big = bytes([65 + seq]) * size + b"\n"
+    return big + small + small if big_first else small + big + small
 
 
-def prepare(root: Path, objects: int, mix: int) -> tuple[Config, list[tuple[str, Path]]]:
+def prepare(
+    root: Path, objects: int, mix: int, *, big_first: bool = False
+) -> tuple[Config, list[tuple[str, Path]]]:
     config = config_from_dict(
         {
             "source": {"url": f"s3://{BUCKET}/", "format": "lines"},
@@ -82,7 +86,7 @@ def prepare(root: Path, objects: int, mix: int) -> tuple[Config, list[tuple[str,
         key = f"d/{seq:04d}.jsonl"
         name = object_name(0, seq, key_hash(BUCKET, key))
         (layout.cache_meta / f"{name}.json").write_text(json.dumps({"key": key}))
-        body = big_lines_object(seq, big_line(mix))
+        body = big_lines_object(seq, big_line(mix), big_first=big_first)
         (layout.cache_ready / name).write_bytes(body)
         copy = root / f"source-{seq}"
         copy.write_bytes(body)
@@ -139,3 +143,19 @@ def test_without_the_bound_the_count_sees_several_large_records(
     assert got == expected(sources, 4)
     assert ctx.max_large >= 2, ctx.max_large
     assert ctx.max_held >= 2 * big_line(4)
+
+
+def test_after_a_restart_claimed_objects_are_read_one_large_record_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """A restarted writer reopens every object it had claimed at once; those whose first batch
+    would hold a large record wait until no other does (and every record still arrives)."""
+    mix = 4
+    config, sources = prepare(tmp_path, mix, mix, big_first=True)
+    layout = Layout.of(config)
+    for entry in sorted(layout.cache_ready.iterdir()):  # claimed by writer 0 before a crash
+        entry.rename(layout.cache_claimed / writer_claim_name(0, entry.name))
+    ctx, got = run_counted(config, mix)
+    assert got == expected(sources, mix), "every record exactly once"
+    assert ctx.max_large == 1, ctx.max_large
+    assert ctx.max_held < 2 * big_line(mix)
