@@ -367,9 +367,11 @@ class Writer:
         for obj in [o for o in self.open if o.waiting]:
             if self._may_fetch(obj):
                 self._fetch(obj)
-        epoch = min((o.epoch for o in self.open), default=None)
-        oldest = [o for o in self.open if o.epoch == epoch]
-        if oldest and all(o.waiting for o in oldest):
+        while True:  # each turn un-parks an object or removes it (drained, quarantined)
+            epoch = min((o.epoch for o in self.open), default=None)
+            oldest = [o for o in self.open if o.epoch == epoch]
+            if not oldest or not all(o.waiting for o in oldest):
+                return
             self._fetch(oldest[0])
 
     def _fetch(self, obj: OpenObject) -> None:

@@ -15,8 +15,10 @@ from prefetchd.config import Config, config_from_dict
 from prefetchd.layout import Layout, key_hash, object_name, writer_claim_name
 from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import read_records
+from prefetchd.write import core
 from prefetchd.write.formats import get_format
-from prefetchd.write.writer import Writer
+from prefetchd.write.frames import Frames
+from prefetchd.write.writer import OpenObject, Writer
 
 BUCKET = "bucket"
 MIB = 1024**2
@@ -159,3 +161,21 @@ def test_after_a_restart_claimed_objects_are_read_one_large_record_at_a_time(
     assert got == expected(sources, mix), "every record exactly once"
     assert ctx.max_large == 1, ctx.max_large
     assert ctx.max_held < 2 * big_line(mix)
+
+
+def test_objects_that_all_wait_go_on_anyway_one_after_another(tmp_path: Path) -> None:
+    """Liveness over the bound: if every object of the oldest epoch waits while an object of a
+    later epoch (only after a restart) holds a large batch, they are read anyway, one at a
+    time, each drained or given its batch; none is left parked with nothing to mix."""
+    config, _ = prepare(tmp_path, 0, 4)
+    writer = Writer(HeldCounter(config, 0), 0)
+    large = Frames.of(*core.IMPL.frame_records([bytes(writer.normal_hold)]))
+    later = OpenObject("later", "k", 1, tmp_path / "x", iter([]), frames=large)
+    empty = [OpenObject(f"e{i}", "k", 0, tmp_path / "x", iter([]), waiting=True) for i in range(2)]
+    small = Frames.of(*core.IMPL.frame_records([b"r"]))
+    last = OpenObject("last", "k", 0, tmp_path / "x", iter([small]), waiting=True)
+    writer.open = [*empty, last, later]
+    writer._resume_waiting()
+    assert [o.name for o in writer.finished] == ["e0", "e1"], "drained, one after another"
+    assert writer.open == [last, later] and not last.waiting and len(last.frames) == 1
+    assert writer._mixable() == [last]
