@@ -18,6 +18,7 @@ from prefetchd.tfrecord import read_records
 from prefetchd.write import core
 from prefetchd.write.formats import get_format
 from prefetchd.write.frames import Frames
+from prefetchd.write.shuffle import Holding, shuffled_frames
 from prefetchd.write.writer import OpenObject, Writer
 
 BUCKET = "bucket"
@@ -179,3 +180,21 @@ def test_objects_that_all_wait_go_on_anyway_one_after_another(tmp_path: Path) ->
     assert [o.name for o in writer.finished] == ["e0", "e1"], "drained, one after another"
     assert writer.open == [last, later] and not last.waiting and len(last.frames) == 1
     assert writer._mixable() == [last]
+
+
+def test_the_block_shuffle_holds_a_large_record_once_and_says_what_it_keeps() -> None:
+    """A large record cut out of an input batch goes on alone and the input batch is let go
+    (cut down to its rest): the shuffle's ``Holding`` stays small while the writer holds the
+    record's batch; the order is that of the shuffle without the meter."""
+    big = bytes(8 * MIB)
+    records = [b"a%d" % i for i in range(50)] + [big] + [b"z%d" % i for i in range(50)]
+    batches = [Frames.of(*core.IMPL.frame_records(records))]
+    holding = Holding()
+    bounds = {"max_records": 1000, "max_bytes": 64 * 1024}
+    seen = []
+    for out in shuffled_frames(iter(batches), 7, **bounds, holding=holding):
+        seen.append((list(out.payloads()), holding.bytes))
+    with_big = [kept for payloads, kept in seen if big in payloads]
+    assert with_big == [with_big[0]] and with_big[0] < MIB, "the input batch was cut down"
+    plain = shuffled_frames(iter(batches), 7, max_records=1000, max_bytes=64 * 1024)
+    assert [p for p, _ in seen] == [list(o.payloads()) for o in plain], "the same order"
