@@ -66,7 +66,10 @@ def batched(records: Iterable[bytes], max_bytes: int = BATCH_BYTES) -> Iterator[
         pending.append(record)
         size += len(record)
         if size >= max_bytes:
-            yield Frames.of(*core.IMPL.frame_records(pending))
+            # let go of the records before handing on their frames: a suspended generator
+            # would otherwise hold a large record twice
+            batch = Frames.of(*core.IMPL.frame_records(pending))
             pending, size = [], 0
+            yield batch
     if pending:
         yield Frames.of(*core.IMPL.frame_records(pending))

@@ -16,18 +16,32 @@ block. At the end of the object the last block is emitted whole. So:
   (it resumes by counting records).
 
 Memory: the block (at most ``max_bytes``, or one larger record) plus the input batch being cut.
+An input batch whose cut part is larger than a normal batch (a large record went out of it) is
+cut down to its uncut rest before the next batch is given, and a one-record block that is a
+whole input batch goes out as it is, not copied: so a large record is held once, not twice,
+while the writer holds the batch with it. What the iterator keeps between batches is reported
+in a ``Holding`` (the writer's memory bound counts it).
 """
 
 from __future__ import annotations
 
 import bisect
 import random
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from prefetchd.write import core
-from prefetchd.write.frames import Frames, batched
+from prefetchd.write.frames import BATCH_BYTES, EMPTY, Frames, batched
+
+
+@dataclass
+class Holding:
+    """The bytes a batch iterator keeps between the batches it gives (its block and its input
+    batch), besides the batch it gave last: set each time it gives one."""
+
+    bytes: int = 0
 
 
 @dataclass
@@ -52,11 +66,20 @@ def _fits(batch: Frames, lo: int, block: _Block, max_records: int, max_bytes: in
 
 
 def shuffled_frames(
-    batches: Iterable[Frames], seed: int, *, max_records: int, max_bytes: int
+    batches: Iterable[Frames],
+    seed: int,
+    *,
+    max_records: int,
+    max_bytes: int,
+    holding: Holding | None = None,
 ) -> Iterator[Frames]:
-    """``batches``' frames in the seeded block-shuffle order of this module's docstring."""
+    """``batches``' frames in the seeded block-shuffle order of this module's docstring;
+    ``holding`` (if given) tracks what is kept between batches."""
     state = seed
     block = _Block()
+    meter = holding if holding is not None else Holding()
+    large = 2 * max(max_bytes, BATCH_BYTES)  # more cut than this: keep only the rest
+    batch = EMPTY
     for batch in batches:
         lo = 0
         while lo < len(batch):
@@ -68,18 +91,39 @@ def shuffled_frames(
                 lo += n
             if lo < len(batch):  # the next frame does not fit: the block is full
                 out, block, state = _emit(block, state, final=False)
+                if batch.start(lo) > large:
+                    batch, lo = _rest(batch, lo), 0
+                meter.bytes = _kept(block, batch)
                 yield out
+    batch = EMPTY
     if block.count:
         out, block, state = _emit(block, state, final=True)
+        meter.bytes = 0
         yield out
+
+
+def _rest(batch: Frames, lo: int) -> Frames:
+    """Frames ``lo..`` of ``batch`` in a batch of their own (so the cut part can be freed)."""
+    n = len(batch) - lo
+    order = array("I", range(n)).tobytes()
+    return Frames.of(*core.IMPL.take([(batch.data, batch.ends, lo, len(batch))], order, 0, n))
+
+
+def _kept(block: _Block, batch: Frames) -> int:
+    """The bytes of the buffers ``block`` and ``batch`` keep alive (each buffer once)."""
+    buffers = {id(data): len(data) for data, _, _, _ in block.parts}
+    buffers[id(batch.data)] = len(batch.data)
+    return sum(buffers.values())
 
 
 def _emit(block: _Block, state: int, *, final: bool) -> tuple[Frames, _Block, int]:
     """Permute ``block``: the frames to emit now, the block carried over, the new state."""
     n = block.count
     data, ends, lo, hi = block.parts[0]
-    if final and len(block.parts) == 1 and lo == 0 and hi == len(ends) and n == 1:
-        return Frames(data, ends), _Block(), state  # a one-record object: nothing to move
+    if len(block.parts) == 1 and lo == 0 and hi == len(ends) and n == 1:
+        # one record that is a whole input batch (a one-record object, or a large record a
+        # format gave alone): nothing to move; a permutation of one draws nothing
+        return Frames(data, ends), _Block(), state
     order, state = core.IMPL.permutation(n, state)
     emit = n if final else n - n // 2
     out = Frames.of(*core.IMPL.take(block.parts, order, 0, emit))

@@ -7,6 +7,13 @@ epoch only and is published when it reaches ``output.shard_size``, when its epoc
 left to give, when no input has arrived for ``IDLE_FLUSH`` seconds, or when it is
 ``STARVED_FLUSH`` seconds old while no shard is ready for the trainers.
 
+Memory: each open object holds its current batch (and, in the block shuffle, what it keeps between
+batches); normally at most ``normal_hold`` bytes (twice its shuffle block plus two input
+batches). While one object holds more (a record near ``output.max_record_size``), the writer
+takes records only from the objects whose batch is not used up and gives no other object a new
+batch nor opens one until it is back under (``_may_fetch``): so one writer holds at most one
+large record's batch at a time, whatever ``output.mix`` is (DESIGN.md invariant 8).
+
 The work is done a batch at a time: each open object gives batches of ready frames
 (``frames.Frames``), the choices of object are drawn ``PICKS`` at a time, and one call
 (``core.IMPL.interleave``) copies up to ``STEP_BYTES`` of frames in the drawn order into one
@@ -63,10 +70,11 @@ from prefetchd.write.formats import (
     shuffled_object_frames,
 )
 from prefetchd.write.formats.plugin import PluginFormat, PluginHeartbeat
-from prefetchd.write.frames import EMPTY, Frames
+from prefetchd.write.frames import BATCH_BYTES, EMPTY, Frames
 from prefetchd.write.journal import Journal, JournalEntry
 from prefetchd.write.quarantine import ParseTimeout, Reason, classify
 from prefetchd.write.shards import ShardFile
+from prefetchd.write.shuffle import Holding
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +109,14 @@ class OpenObject:
     frames: Frames = EMPTY  # the current batch; frames[cursor:] are still to be written
     cursor: int = 0
     taken: int = 0
+    holding: Holding = field(default_factory=Holding)  # what ``batches`` keeps besides frames
+    waiting: bool = False  # its batch ran out while another object held a large one
+    started: bool = True  # False: reopened after a restart, not yet read up to ``taken``
+    meta: dict[str, object] = field(default_factory=dict)  # the downloader's meta of it
+
+    def held(self) -> int:
+        """The bytes this object keeps in memory: its current batch and its iterator's."""
+        return len(self.frames.data) + self.holding.bytes
 
 
 _REASON_COUNTER: dict[Reason, QuarantineCounter] = {
@@ -164,6 +180,10 @@ class Writer:
             self._waiting_for_ram,
             self._headroom,
         )
+        self.shuffle_bytes = max(256 * 1024, SHUFFLE_BYTES // out.mix)  # per open object
+        # what an open object holds at most with records well under a batch: its block, the
+        # batch it gave and its input batch (see _may_fetch)
+        self.normal_hold = 2 * self.shuffle_bytes + 2 * BATCH_BYTES
         self.oldest_epoch = 0  # lowest epoch not yet complete, as far as this writer knows
         self.prefix = writer_claim_prefix(index)
         self.journal = Journal(self.layout.journal / f"w{index}.log")
@@ -272,6 +292,9 @@ class Writer:
         """Write the next records, drawn at random across the open objects, into the shard
         (at most ``STEP_BYTES``, and never past ``shard_size``, up to the first pick of an
         object whose batch ran out); then refill the objects whose batch ran out."""
+        self._resume_waiting()
+        if not self.open:
+            return  # the waiting objects were drained
         mixable = self._mixable()
         epoch = mixable[0].epoch
         if self.pick_at * 4 >= len(self.picks):
@@ -298,17 +321,66 @@ class Writer:
         self.pick_at = stop
         for obj in mixable:  # at once: an object is drained as soon as its last record is in
             if obj.cursor >= len(obj.frames):
-                self._next_batch(obj)
+                if self._may_fetch(obj):
+                    self._next_batch(obj)
+                else:
+                    self._wait(obj)
 
     def _mixable(self) -> list[OpenObject]:
         """The open objects of the oldest open epoch (only after a restart can open objects
-        span two epochs; a shard holds one)."""
+        span two epochs; a shard holds one), but those waiting for a batch (``_wait``)."""
         epoch = min(o.epoch for o in self.open)
         if epoch != self.mix_epoch:
             self.mix_epoch = epoch
             self.mix_state = mixing_rng(self.config.epochs.seed, epoch, self.index).getrandbits(64)
             self.picks = b""
-        return [o for o in self.open if o.epoch == epoch]
+        return [o for o in self.open if o.epoch == epoch and not o.waiting]
+
+    # --- the memory bound: one large batch per writer -----------------------------------------
+
+    def held_bytes(self) -> int:
+        """The bytes the open objects hold: their batches and what their iterators keep."""
+        return sum(o.held() for o in self.open)
+
+    def _over_share(self) -> bool:
+        """Whether an open object holds more than ``normal_hold`` (a large record's batch)."""
+        return any(o.held() > self.normal_hold for o in self.open)
+
+    def _may_fetch(self, obj: OpenObject) -> bool:
+        """Whether ``obj`` may read its next batch: only while no other open object holds more
+        than ``normal_hold``. So at most one object holds a large batch at a time; with
+        records well under a batch this is always true, and the mixing is as without it."""
+        limit = self.normal_hold
+        return all(o.held() <= limit for o in self.open if o is not obj)
+
+    def _wait(self, obj: OpenObject) -> None:
+        """Park ``obj``, whose batch is used up, until ``_may_fetch``: out of the mixing, its
+        used-up batch freed."""
+        obj.frames, obj.cursor, obj.waiting = EMPTY, 0, True
+        self.picks = b""  # the set of objects to choose from changed
+
+    def _resume_waiting(self) -> None:
+        """Give the parked objects their next batch once they may (an object reopened after a
+        restart while another held a large batch: its first). If every object of the oldest
+        epoch waits (only possible after a restart), the first goes on anyway: progress
+        before the bound."""
+        for obj in [o for o in self.open if o.waiting]:
+            if self._may_fetch(obj):
+                self._fetch(obj)
+        while True:  # each turn un-parks an object or removes it (drained, quarantined)
+            epoch = min((o.epoch for o in self.open), default=None)
+            oldest = [o for o in self.open if o.epoch == epoch]
+            if not oldest or not all(o.waiting for o in oldest):
+                return
+            self._fetch(oldest[0])
+
+    def _fetch(self, obj: OpenObject) -> None:
+        obj.waiting = False
+        self.picks = b""  # the set of objects to choose from changed
+        if obj.started:
+            self._next_batch(obj)
+        else:
+            self._start(obj)
 
     def _draw(self, mixable: list[OpenObject]) -> None:
         """Draw the next choices of object: no more than can be used before some object's
@@ -359,8 +431,9 @@ class Writer:
         had fewer than ``mix`` objects for ``STARVED_FILL`` while no shard is ready for the
         trainers: better mixing is worth nothing to a trainer with nothing to read (at start-up
         with two writers and ``mix`` 8 it would wait for the first 16 objects). The file-system
-        checks run at most every ``FILL_CHECK`` seconds, not per record."""
-        if len(self.open) >= self.config.output.mix:
+        checks run at most every ``FILL_CHECK`` seconds, not per record. Nor does it wait while
+        an object holds a large batch: no other object is opened until that one is written."""
+        if len(self.open) >= self.config.output.mix or self._over_share():
             self.fill_since = None
             return False
         now = time.monotonic()
@@ -377,7 +450,8 @@ class Writer:
         return self.fill_wait
 
     def _refill(self) -> None:
-        while len(self.open) < self.config.output.mix:
+        """Open objects up to ``output.mix``, but none while one holds a large batch."""
+        while len(self.open) < self.config.output.mix and not self._over_share():
             name = self._claim_next()
             if name is None:
                 return
@@ -456,6 +530,7 @@ class Writer:
             key = meta["key"]
         except (OSError, ValueError, KeyError, TypeError):
             meta, key = {}, f"<unknown key of {name}>"
+        holding = Holding()
         if self.config.epochs.shuffle:
             batches = shuffled_object_frames(
                 self.format,
@@ -463,15 +538,26 @@ class Writer:
                 str(path),
                 object_rng(self.config.epochs.seed, parsed[0], key).getrandbits(64),
                 max_records=SHUFFLE_RECORDS,
-                max_bytes=max(256 * 1024, SHUFFLE_BYTES // self.config.output.mix),
+                max_bytes=self.shuffle_bytes,
+                holding=holding,
             )
         else:
             batches = object_frames(self.format, key, str(path))
-        obj = OpenObject(name, key, parsed[0], path, batches)
+        obj = OpenObject(name, key, parsed[0], path, batches, taken=resume_at, holding=holding)
+        obj.meta = meta
         self.open.append(obj)
         self.picks = b""  # the set of objects to choose from changed
+        if self._over_share():  # only in _recover: _refill opens nothing while this is so
+            obj.waiting, obj.started = True, False
+            return
+        self._start(obj)
+
+    def _start(self, obj: OpenObject) -> None:
+        """Read ``obj`` through first if it needs it (``_validate``), then up to its first
+        record not yet taken (``obj.taken``, from the journal); quarantine it if that fails."""
+        resume_at, obj.taken, obj.started = obj.taken, 0, True
         try:
-            if resume_at == 0 and not self._checked_whole(meta, key, path):
+            if resume_at == 0 and not self._checked_whole(obj.meta, obj.key, obj.path):
                 self._validate(obj)
             self._skip(obj, resume_at)  # which also reads the first batch
         except Exception as exc:  # any exception from parsing input quarantines that object

@@ -34,7 +34,7 @@ from prefetchd.write.formats.raw import RawFormat
 from prefetchd.write.formats.tar import TarFormat
 from prefetchd.write.formats.tfrecord import TFRecordFormat
 from prefetchd.write.frames import Frames, batched
-from prefetchd.write.shuffle import shuffled_frames
+from prefetchd.write.shuffle import Holding, shuffled_frames
 
 __all__ = [
     "Format",
@@ -70,17 +70,24 @@ def read_whole_first(fmt: Format, key: str, path: str) -> bool:
 
 
 def shuffled_object_frames(
-    fmt: Format, key: str, path: str, seed: int, *, max_records: int, max_bytes: int
+    fmt: Format,
+    key: str,
+    path: str,
+    seed: int,
+    *,
+    max_records: int,
+    max_bytes: int,
+    holding: Holding | None = None,
 ) -> Iterator[Frames]:
     """The object's frames in a seeded random order (same file and ``seed`` -> same order):
-    the format's own whole-object order if it has one, else the bounded block shuffle."""
+    the format's own whole-object order if it has one, else the bounded block shuffle (which
+    reports what it keeps between batches in ``holding``)."""
     method = getattr(fmt, "shuffled_frames", None)
     whole = method(key, path, seed) if method is not None else None
     if whole is not None:
         return cast(Iterator[Frames], whole)
-    return shuffled_frames(
-        object_frames(fmt, key, path), seed, max_records=max_records, max_bytes=max_bytes
-    )
+    bounds = {"max_records": max_records, "max_bytes": max_bytes}
+    return shuffled_frames(object_frames(fmt, key, path), seed, **bounds, holding=holding)
 
 
 def shuffled_object(
@@ -90,7 +97,7 @@ def shuffled_object(
     writer writes them in."""
     seed = rng.getrandbits(64)
     bounds = {"max_records": max_records, "max_bytes": max_bytes}
-    for frames in shuffled_object_frames(fmt, key, path, seed, **bounds):
+    for frames in shuffled_object_frames(fmt, key, path, seed, **bounds, holding=None):
         yield from frames.payloads()
 
 

@@ -57,14 +57,17 @@ class LinesFormat:
                 chunk = f.read(
                     max(BATCH_BYTES, min(len(pending), self._room(key, number, pending)))
                 )
+                carried, final = bool(pending), not chunk
                 buf = pending + chunk if pending else chunk
-                if pending:
-                    self._check_first_line(key, number, buf, final=not chunk)
-                final = not chunk
+                # let go of the parts before framing: a line near the limit would otherwise be
+                # held three times (its parts, buf and its frame)
+                pending = chunk = b""
+                if carried:
+                    self._check_first_line(key, number, buf, final=final)
                 data, ends, used, number = core.IMPL.frame_lines(buf, key_bytes, number, final)
                 # drop the input before handing the frames on: a suspended generator would
                 # otherwise hold a large line twice (its bytes and its frame) per open object
-                pending, chunk, buf = buf[used:], b"", b""
+                pending, buf = buf[used:], b""
                 if len(data):
                     yield Frames.of(data, ends)
                 if final:
