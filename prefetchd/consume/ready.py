@@ -527,6 +527,15 @@ class ShardReleaser:
             if retain:
                 self._retained.add(name)
 
+    def finished(self, name: str) -> None:
+        """This process's own code is done with the claim ``name`` (read to its end, or given
+        up): free it now, without waiting for the open/close events to show it (``records()``
+        says so when it closes a shard; a resumable stream's claim stays until a position
+        covers it)."""
+        with self._lock:
+            if name in self._opens:
+                self._release(name)
+
     def untrack(self, name: str) -> None:
         with self._lock:
             self._opens.pop(name, None)

@@ -102,6 +102,9 @@ class Records(Iterator[bytes]):
                 # when the releaser's thread next wakes (a forked DataLoader worker may exit
                 # before that, without atexit, and the shard would look unread to the daemon).
                 releaser.flush()
+                # ... and say so: this process opened it and is done with it, the one fact the
+                # releaser's open/close events cannot always show (a read faster than its scan)
+                releaser.finished(os.path.basename(path))
 
     def _shard(self, path: str) -> Iterator[bytes]:
         """The records of one shard; it stays open until the last one was yielded.
