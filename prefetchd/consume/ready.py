@@ -480,13 +480,16 @@ class ShardReleaser:
         atexit.register(self._at_exit)
 
     def begin_wait(self, waiting: bool) -> bool:
-        """One ``ready_files()`` iterator starts waiting for a shard (if not already): its
-        trainer asks for more, so a doubtful claim it does not hold now was read."""
+        """One ``ready_files()`` iterator waits for a shard (called on every poll while it
+        waits): its trainer asks for more, so a doubtful claim it does not hold now was read.
+        Checked on every poll, not only when the wait starts: this thread may learn that the
+        last claim was opened and closed (doubtful) only after the wait began, and keeping it
+        could hold the RAM budget the writers need for the shard the trainer waits for."""
         if not waiting:
             with self._lock:
                 self._stats.begin(time.monotonic())  # the supervisor compares its own
                 self._write_stats()
-            self.wants_more()
+        self.wants_more()
         return True
 
     def wants_more(self) -> None:

@@ -122,6 +122,21 @@ def test_a_doubtful_shard_is_freed_when_its_claimant_waits_for_more(
     assert not path.exists()
 
 
+def test_a_shard_found_doubtful_after_its_claimant_began_to_wait_is_freed_on_its_next_poll(
+    releaser: ShardReleaser,
+) -> None:
+    """The race the e2e run hit under load: the trainer read its last shard and began to wait
+    before this thread saw the shard's events. Kept, it would hold the RAM budget the writers
+    need for the next shard, and the trainer would wait for ever."""
+    path = claimed(releaser, 8)
+    waiting = releaser.begin_wait(False)  # nothing doubtful yet: the events are not seen
+    read_unseen(releaser, path)  # ... now they are: opened and closed, doubtful
+    assert path.exists()
+    releaser.begin_wait(waiting)  # the next poll of the same wait
+    releaser.end_wait(True)
+    assert not path.exists()
+
+
 def test_a_doubtful_shard_stays_while_only_earlier_claims_are_read(
     releaser: ShardReleaser,
 ) -> None:
