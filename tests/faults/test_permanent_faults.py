@@ -126,15 +126,17 @@ def test_one_object_failing_for_ever_while_the_store_works_is_given_up(
 
 
 def cache_bytes(layout: Layout) -> int:
-    """Bytes of raw objects in cache_dir: in flight (pre-sized), ready and claimed."""
-    total = 0
+    """Bytes of raw objects in cache_dir: in flight (pre-sized), ready and claimed. Counted by
+    inode: the directories are scanned one after another, and an object renamed from one to
+    the next between two scans (tmp -> ready -> claimed) must not count twice."""
+    sizes: dict[int, int] = {}
     for directory in (layout.cache_tmp, layout.cache_ready, layout.cache_claimed):
         for entry in os.scandir(directory):
             try:
-                total += entry.stat().st_size
+                sizes[entry.inode()] = entry.stat().st_size
             except FileNotFoundError:
                 continue
-    return total
+    return sum(sizes.values())
 
 
 class Sampler:
