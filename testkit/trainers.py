@@ -68,14 +68,17 @@ def delivered(results: Iterable[dict[str, Any]], epoch: int | None = None) -> Co
 
 def tree_bytes(root: Path, *, only: tuple[str, ...] | None = None) -> int:
     """Bytes of the files under ``root`` (those directly in a directory named in ``only``, if
-    given); files that vanish while we look are skipped."""
-    total = 0
+    given); files that vanish while we look are skipped. Counted by inode: the directories are
+    read one after another, and a file renamed from one into the next between two reads (the
+    daemon's ``.tmp`` -> ``ready`` -> ``claimed``) must not count twice, nor a hard link."""
+    sizes: dict[tuple[int, int], int] = {}
     for directory, _, files in os.walk(root):
         if only and Path(directory).name not in only:
             continue
         for name in files:
             try:
-                total += os.lstat(os.path.join(directory, name)).st_size
+                info = os.lstat(os.path.join(directory, name))
             except FileNotFoundError:
                 continue
-    return total
+            sizes[info.st_dev, info.st_ino] = info.st_size
+    return sum(sizes.values())

@@ -625,11 +625,10 @@ class Downloader:
         return None
 
     def _publish(self, job: Job) -> None:
-        if job.name in self.meta_written and not job.records_ok:
+        if job.name in self.meta_written:  # by _transfer_done, after verifying (records_ok)
             self.meta_written.discard(job.name)
         else:
-            self.meta_written.discard(job.name)
-            self._write_meta(job)  # (again, with records_ok: what verifying it found)
+            self._write_meta(job)
         self._log(job, "P")
         if self.keeper is not None:
             room = self.window.limit - self.window.used

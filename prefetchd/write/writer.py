@@ -57,6 +57,7 @@ from prefetchd.layout import (
     writer_claim_prefix,
 )
 from prefetchd.ledger import record_published
+from prefetchd.logs import escape_key
 from prefetchd.seeds import mixing_rng, object_rng
 from prefetchd.supervise.child import ChildContext
 from prefetchd.supervise.child_report import Activity, QuarantineCounter, WriterCounters
@@ -125,12 +126,6 @@ _REASON_COUNTER: dict[Reason, QuarantineCounter] = {
     Reason.TIMEOUT: "quarantined_timeout",
     Reason.PLUGIN_ERROR: "quarantined_plugin_error",
 }
-
-
-def escape_key(text: str) -> str:
-    """``text`` on one printable line: an object key may hold newlines, control characters
-    or ANSI escapes that would forge or garble log lines."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _reuse_freed_memory() -> None:

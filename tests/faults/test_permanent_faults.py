@@ -9,7 +9,6 @@ a newline forged log lines.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from prefetchd.config import load_config
 from prefetchd.layout import Layout
 from prefetchd.supervise.status import read_status as read_status_record
 from prefetchd.supervise.status import render_table
-from testkit.trainers import delivered
+from testkit.trainers import delivered, tree_bytes
 
 pytestmark = pytest.mark.e2e
 CLIENTS = ["classic", "crt"]
@@ -125,18 +124,9 @@ def test_one_object_failing_for_ever_while_the_store_works_is_given_up(
     assert "failed 2 times while the store served other requests" in line, line
 
 
-def cache_bytes(layout: Layout) -> int:
-    """Bytes of raw objects in cache_dir: in flight (pre-sized), ready and claimed. Counted by
-    inode: the directories are scanned one after another, and an object renamed from one to
-    the next between two scans (tmp -> ready -> claimed) must not count twice."""
-    sizes: dict[int, int] = {}
-    for directory in (layout.cache_tmp, layout.cache_ready, layout.cache_claimed):
-        for entry in os.scandir(directory):
-            try:
-                sizes[entry.inode()] = entry.stat().st_size
-            except FileNotFoundError:
-                continue
-    return sum(sizes.values())
+def raw_bytes(layout: Layout) -> int:
+    """Bytes of raw objects in cache_dir: in flight (pre-sized), ready and claimed."""
+    return tree_bytes(layout.cache, only=(".tmp", "ready", "claimed"))
 
 
 class Sampler:
@@ -151,10 +141,7 @@ class Sampler:
 
     def _run(self) -> None:
         while not self.stop.wait(0.02):
-            try:
-                self.peak = max(self.peak, cache_bytes(self.layout))
-            except FileNotFoundError:
-                continue  # not created yet
+            self.peak = max(self.peak, raw_bytes(self.layout))  # 0 before cache_dir exists
             self.samples += 1
 
     def __enter__(self) -> Sampler:

@@ -54,7 +54,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self.halt.wait(0.25):
             self.max_ram = max(self.max_ram, tree_bytes(self.ram))
-            raw = sum(tree_bytes(self.cache / d) for d in ("ready", "claimed", ".tmp"))
+            raw = tree_bytes(self.cache, only=("ready", "claimed", ".tmp"))
             self.max_raw = max(self.max_raw, raw)
             try:
                 proc = psutil.Process(self.pid)

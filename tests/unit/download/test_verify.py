@@ -97,7 +97,9 @@ def test_tfrecord_input_is_verified_by_its_crcs_without_a_request_or_an_md5(
     verifier = Verifier(store, "b", "tfrecord")
     md5 = hashlib.md5(RECORDS).hexdigest()
     for etag in ("0" * 32 + "-2", md5):
-        verifier.verify(fetched(RECORDS, etag, key="data/x.tfrecord"))
+        job = fetched(RECORDS, etag, key="data/x.tfrecord")
+        verifier.verify(job)
+        assert job.records_ok, "the writer is told it need not read the object through again"
     assert store.heads == []
     assert not verifier.wants_md5(SourceObject("data/x.tfrecord", len(RECORDS), md5))
     assert verifier.wants_md5(SourceObject("data/x.tfrecord.gz", len(RECORDS), md5))
@@ -113,7 +115,9 @@ def test_bad_records_with_a_matching_md5_are_corrupt_input_not_a_bad_transfer(
     again."""
     stored = flipped(RECORDS, 5000)
     verifier = Verifier(FakeStore([stored]), "b", "tfrecord")
-    verifier.verify(fetched(stored, hashlib.md5(stored).hexdigest(), key="x.tfrecord"))
+    job = fetched(stored, hashlib.md5(stored).hexdigest(), key="x.tfrecord")
+    verifier.verify(job)
+    assert not job.records_ok, "published, but the writer must read it through (quarantine)"
     with pytest.raises(IntegrityError, match="MD5"):
         verifier.verify(fetched(stored, hashlib.md5(RECORDS).hexdigest(), key="x.tfrecord"))
 

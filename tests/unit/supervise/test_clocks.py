@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 
-from prefetchd.config import Config, load_config
 from prefetchd.consume.ready import _DaemonHealth
 from prefetchd.errors import DaemonFailed
 from prefetchd.layout import Layout
@@ -23,26 +21,6 @@ from prefetchd.supervise.status_record import StatusRecord
 from tests.unit.supervise.test_supervisor_children import ROLE, FakeProcess
 
 HOUR = 3600.0
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> Config:
-    path = tmp_path / "prefetchd.yaml"
-    path.write_text(
-        "source:\n  url: s3://bucket/prefix/\n"
-        f"download:\n  cache_dir: {tmp_path / 'cache'}\n"
-        f"output:\n  ram_dir: {tmp_path / 'ram'}\n"
-        f"status:\n  state_dir: {tmp_path / 'state'}\n",
-        encoding="utf-8",
-    )
-    return load_config(path)
-
-
-@pytest.fixture
-def layout(config: Config) -> Layout:
-    layout = Layout.of(config)
-    layout.create()
-    return layout
 
 
 def step_wall_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from prefetchd.cli import main
-from prefetchd.config import Config, load_config
+from prefetchd.config import Config
 from prefetchd.consume.ready import ConsumerStats, _DaemonHealth
 from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
 from prefetchd.errors import DaemonFailed
@@ -35,26 +35,6 @@ from prefetchd.write.journal import COMPACT_EVERY, Journal, JournalEntry, Journa
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORDED = ROOT / "tests" / "data" / "status"
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> Config:
-    path = tmp_path / "prefetchd.yaml"
-    path.write_text(
-        "source:\n  url: s3://bucket/prefix/\n"
-        f"download:\n  cache_dir: {tmp_path / 'cache'}\n"
-        f"output:\n  ram_dir: {tmp_path / 'ram'}\n"
-        f"status:\n  state_dir: {tmp_path / 'state'}\n",
-        encoding="utf-8",
-    )
-    return load_config(path)
-
-
-@pytest.fixture
-def layout(config: Config) -> Layout:
-    layout = Layout.of(config)
-    layout.create()
-    return layout
 
 
 def writer_counters(**changes: Any) -> WriterCounters:
