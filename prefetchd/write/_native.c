@@ -412,18 +412,34 @@ static int tar_number(const uint8_t *f, size_t n, uint64_t *value) {
     return i == len;
 }
 
+/* The sum of the bytes of `h` (BLOCK of them) and how many have their high bit set, eight
+ * bytes at a time in lanes: sums in 16-bit lanes (64 words add at most 64 * 2 * 255 to one),
+ * high bits in 8-bit lanes (at most 64 each). GCC at -O2 does not vectorize the plain byte loop,
+ * which was most of the cost of walking a tar of small members. */
+static void block_sums(const uint8_t *h, uint32_t *sum, uint32_t *high) {
+    const uint64_t low_bytes = 0x00FF00FF00FF00FFull, ones = 0x0101010101010101ull;
+    uint64_t sums = 0, highs = 0, w;
+    for (int i = 0; i < BLOCK; i += 8) {
+        memcpy(&w, h + i, 8); /* any alignment: a chunk may start anywhere */
+        sums += (w & low_bytes) + ((w >> 8) & low_bytes);
+        highs += (w >> 7) & ones;
+    }
+    sums = (sums & 0x0000FFFF0000FFFFull) + ((sums >> 16) & 0x0000FFFF0000FFFFull);
+    *sum = (uint32_t)((sums & 0xFFFFFFFFull) + (sums >> 32));
+    highs = (highs & low_bytes) + ((highs >> 8) & low_bytes); /* 16-bit lanes: up to 512 */
+    *high = (uint32_t)((highs * 0x0001000100010001ull) >> 48);
+}
+
 /* tarfile's check: the stored checksum is the unsigned or the signed sum of the header's bytes,
  * the checksum field counted as eight spaces. */
 static int tar_checksum_ok(const uint8_t *h, uint64_t stored) {
-    uint32_t sum = 8 * ' ', high = 0;
-    for (int i = 0; i < 148; i++) { /* two plain loops: the compiler vectorizes them */
-        sum += h[i];
-        high += h[i] >> 7;
+    uint32_t sum, high;
+    block_sums(h, &sum, &high);
+    for (int i = 148; i < 156; i++) { /* the field itself counts as spaces */
+        sum -= h[i];
+        high -= h[i] >> 7;
     }
-    for (int i = 156; i < BLOCK; i++) {
-        sum += h[i];
-        high += h[i] >> 7;
-    }
+    sum += 8 * ' ';
     return stored == sum || stored == (uint64_t)sum - 256 * (uint64_t)high;
 }
 
@@ -431,7 +447,7 @@ static int tar_checksum_ok(const uint8_t *h, uint64_t stored) {
 static int tar_header(const uint8_t *h, tar_header_t *t) {
     static const uint8_t zeros[BLOCK];
     uint64_t stored, ignored;
-    if (memcmp(h, zeros, BLOCK) == 0) return TAR_ZEROS;
+    if (h[0] == 0 && memcmp(h, zeros, BLOCK) == 0) return TAR_ZEROS; /* a name: not zeros */
     if (!tar_number(h + 148, 8, &stored) || !tar_checksum_ok(h, stored)) return TAR_UNKNOWN;
     if (!tar_number(h + 124, 12, &t->size)) return TAR_UNKNOWN;
     for (size_t i = 0; i < sizeof TAR_NUMBERS / sizeof TAR_NUMBERS[0]; i++)

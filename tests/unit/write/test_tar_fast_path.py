@@ -295,6 +295,36 @@ def test_base256_and_spaced_number_fields(tmp_path: Path, monkeypatch: pytest.Mo
     assert error is None and len(records) == 2 and fast_only(key, path)
 
 
+def high_header(name: bytes, size: int, signed: bool, wrong: int = 0) -> bytes:
+    """A ustar header with 387 bytes >= 0x80 (name, link name, prefix, user and group names)
+    and the checksum tarfile takes: the unsigned byte sum, or the signed one; ``wrong`` off."""
+    h = bytearray(header(name, size, prefix=b"\xfe" * 155))
+    h[157:257] = b"\xfd" * 100  # the link name: tarfile decodes it, a regular file ignores it
+    h[265:297] = h[297:329] = b"\xfc" * 31 + b"\0"
+    rest = h[:148] + h[156:]
+    unsigned = sum(rest) + 8 * 32
+    stored = unsigned - 256 * sum(1 for b in rest if b >= 0x80) if signed else unsigned
+    h[148:156] = b"%06o\0 " % (stored + wrong)
+    return bytes(h)
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned-sum", "signed-sum"])
+def test_checksums_of_headers_full_of_high_bytes(
+    signed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tarfile takes the unsigned or the signed byte sum; the C core sums eight bytes at a
+    time, so hundreds of bytes >= 0x80 in one header must count the same."""
+    name = b"\xff" * 96 + b".cls"
+    good = high_header(name, 1, signed) + padded(b"1")
+    good += high_header(name.replace(b".cls", b".txt"), 1, signed) + padded(b"2")
+    key, path = write(tmp_path, good + END)
+    records, error = assert_same_as_tarfile(monkeypatch, key, path)
+    assert len(records) == 1 and error is None and fast_only(key, path)
+    key, path = write(tmp_path, high_header(name, 1, signed, wrong=1) + padded(b"1") + END)
+    _, error = assert_same_as_tarfile(monkeypatch, key, path)
+    assert error is not None and "checksum" in error[1]
+
+
 @pytest.mark.parametrize(
     "field",
     [b"+0000001750\0", b"0_1750\0\0\0\0\0\0", b"\t1750\0\0\0\0\0\0\0", b"\xff" * 12, b"9" * 12],
