@@ -9,6 +9,7 @@ import gzip
 import io
 import random
 import tarfile
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -454,3 +455,16 @@ def test_a_sample_over_the_limit_is_quarantined_by_the_check_as_by_framing(
             assert_check_agrees(key, path, limit)
         _, error = frames_outcome(key, path, 5999)
         assert error is not None and error[0] == "RecordTooLarge"
+
+
+def test_the_read_through_builds_no_examples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's read-through of a clean tar walks headers only: ``frame_tar`` (Examples,
+    CRCs) is never called, and every sample is counted."""
+    body, ids = sample_data.tar_object(0, 300_000, random.Random(9), ("json", "cls"))
+    key, path = write(tmp_path, body)
+    for impl in IMPLS:
+        walk_only = types.SimpleNamespace(check_tar=impl.check_tar)  # no frame_tar at all
+        monkeypatch.setattr(core, "IMPL", walk_only)
+        assert sum(TarFormat().check(key, path)) == len(ids)
