@@ -7,7 +7,8 @@ better. ``check(summary)`` computes every bar the run can answer, for each prefe
 1. data-path CPU/GB (daemon CPU after its first GET) ÷ ceiling-crt's (its CPU after its first
    GET), loopback, on ``CPU_PER_GB_DATASETS``: ≤ 1.5;
 2. data-path CPU per object ÷ ceiling-crt's, loopback, on ``small``: ≤ 2;
-3. data-path CPU per record, loopback, on ``lines``, and per member file on ``tar``: ≤ 2 µs;
+3. data-path CPU per record, loopback, on ``lines``, and per member file on ``tarsmall``
+   (``tar``'s 10-60 KiB images cost more than that per file in the ceiling alone): ≤ 2 µs;
 4. delivered MB/s ÷ the lean design limit's, loopback, on ``tfrecord16``: ≥ 0.85;
 5. trainer CPU/GB ÷ the lean trainer's (where lean ran) and ÷ the floor's, loopback: ≤ 1.25;
 6. start-up CPU (``prefetchd run`` to its first GET), loopback: ≤ 1 CPU-s; ``prefetchd
@@ -33,7 +34,7 @@ Summary = dict[Key, dict[str, Any]]
 
 LOOPBACK, PACED = "loopback", "paced"
 CPU_PER_GB_DATASETS = ("tfrecord16", "medium")
-PER_RECORD = {"lines": "data_cpu_us_per_record", "tar": "data_cpu_us_per_file"}
+PER_RECORD = {"lines": "data_cpu_us_per_record", "tarsmall": "data_cpu_us_per_file"}
 PACED_LIMITS = {"large": 2.5, "medium": 2.5, "small": 8.0}
 
 

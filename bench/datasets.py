@@ -5,7 +5,7 @@ Each entry of ``DATASETS`` is one dataset: its format (the daemon's ``source.for
 object sizes, its record size if fixed, how many objects by default and with ``--quick``, and
 whether the paced network phase reads it; ``--<name>-objects N`` overrides the count. Adding a
 dataset is one row here (the generator, ``testkit.sample_data``, makes ``tfrecord``, ``raw``,
-``lines`` and ``tar`` objects).
+``lines`` and ``tar`` objects; ``tar`` with image samples or small caption ones: ``tar_style``).
 """
 
 from __future__ import annotations
@@ -35,10 +35,17 @@ class DatasetDef:
     sizes_help: str  # for --<name>-objects
     paced: bool = False  # also read in the paced network phase (bar 7 names it)
     record_size: int | None = None  # tfrecord: every record this many framed bytes
+    tar_style: sample_data.TarStyle = "image"  # tar: which samples (sample_data.tar_object)
 
     def spec(self, objects: int) -> DatasetSpec:
         return DatasetSpec(
-            self.name, self.kind, objects, self.min_size, self.max_size, self.record_size
+            self.name,
+            self.kind,
+            objects,
+            self.min_size,
+            self.max_size,
+            self.record_size,
+            self.tar_style,
         )
 
 
@@ -58,6 +65,17 @@ DATASETS: tuple[DatasetDef, ...] = (
     ),
     DatasetDef("lines", "lines", 1 * MiB, 4 * MiB, 100, 4, "1-4 MiB of ~120-byte JSONL lines"),
     DatasetDef("tar", "tar", 2 * MiB, 8 * MiB, 100, 6, "2-8 MiB WebDataset tars"),
+    # bar 3 per sample file: small members, so the cost per file is not the cost of the bytes
+    DatasetDef(
+        "tarsmall",
+        "tar",
+        2 * MiB,
+        8 * MiB,
+        60,
+        4,
+        "2-8 MiB WebDataset tars of small .cls/.json/.txt samples",
+        tar_style="caption",
+    ),
 )
 BY_NAME = {d.name: d for d in DATASETS}
 NAMES = tuple(BY_NAME)
@@ -74,6 +92,7 @@ class DatasetSpec:
     min_size: int
     max_size: int
     record_size: int | None = None
+    tar_style: sample_data.TarStyle = "image"
 
 
 @dataclass
@@ -102,14 +121,21 @@ def upload_and_stage(
     sample_data.ensure_bucket(client, bucket)
     sizes = sample_data.object_sizes(spec.objects, spec.min_size, spec.max_size, seed)
     prefix = f"{spec.name}/"
-    kind, record_size = spec.kind, spec.record_size
+    kind, record_size, style = spec.kind, spec.record_size, spec.tar_style
     uploaded = sample_data.upload_dataset(
-        client, bucket, prefix, kind=kind, sizes=sizes, seed=seed, record_size=record_size
+        client,
+        bucket,
+        prefix,
+        kind=kind,
+        sizes=sizes,
+        seed=seed,
+        record_size=record_size,
+        tar_style=style,
     )
     floor = floor_root / spec.name
     floor.mkdir(parents=True)
     objects = sample_data.generate(
-        prefix, kind=kind, sizes=sizes, seed=seed, record_size=record_size
+        prefix, kind=kind, sizes=sizes, seed=seed, record_size=record_size, tar_style=style
     )
     stage_floor(floor, kind, objects)
     records = uploaded["records"]
@@ -120,7 +146,7 @@ def upload_and_stage(
         uploaded["bytes"],
         records,
         floor,
-        sample_data.member_files(spec.kind, records),
+        sample_data.member_files(spec.kind, records, spec.tar_style),
     )
 
 

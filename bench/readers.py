@@ -59,9 +59,9 @@ def split_lines(blob: bytes) -> list[bytes]:
 
 
 def split_tar(blob: bytes) -> list[bytes]:
-    """The image bytes of each WebDataset sample of a tar held in memory, the way a user
-    reading one by hand does it: members grouped by basename, ``.cls`` and ``.json`` decoded
-    (a trainer needs the label), one record per sample."""
+    """The image bytes (a small sample's caption) of each WebDataset sample of a tar held in
+    memory, the way a user reading one by hand does it: members grouped by basename, ``.cls``
+    and ``.json`` decoded (a trainer needs the label), one record per sample."""
     out: list[bytes] = []
     sample: dict[str, bytes] = {}
     current = None
@@ -83,7 +83,7 @@ def split_tar(blob: bytes) -> list[bytes]:
 def _tar_record(sample: dict[str, bytes]) -> bytes:
     int(sample.get("cls", b"0"))  # what the model would get as its label
     json.loads(sample.get("json", b"{}"))
-    return sample.get("jpg", b"")
+    return sample.get("jpg", sample.get("txt", b""))
 
 
 SPLITTERS: dict[str, Callable[[bytes], list[bytes]]] = {

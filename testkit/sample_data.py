@@ -13,6 +13,9 @@ Four kinds, matching prefetchd's formats:
 - ``tar``: each object is a WebDataset tar (``.tar``, ustar, fixed metadata) of samples named
   by their id, each with the members of ``TAR_MEMBERS``: a random ``.jpg``-like blob of
   ``TAR_BLOB_MIN``..``TAR_BLOB_MAX`` bytes, a ``.cls`` label and a ``.json`` description.
+  With ``tar_style="caption"`` the samples are small, as in captioned-text datasets: the
+  members of ``TAR_CAPTION_MEMBERS``, a ``.cls`` label, a ~100-byte ``.json`` and a
+  ``CAPTION_MIN``..``CAPTION_MAX``-byte ``.txt`` caption (the per-file costs dominate).
 
 The same seed and arguments always produce the same keys and bytes. Object sizes are drawn
 log-uniformly between the minimum and maximum, so small and large objects are both common.
@@ -64,6 +67,13 @@ LINE_SPREAD = 20
 LABELS = 1000
 TAR_MEMBERS = ("jpg", "cls", "json")  # the files of one tar sample, in their order in the tar
 TAR_BLOB_MIN, TAR_BLOB_MAX = 10 * 1024, 60 * 1024
+TarStyle = Literal["image", "caption"]  # which samples a tar holds (see the module docstring)
+TAR_CAPTION_MEMBERS = ("cls", "json", "txt")  # tar_style="caption", in their order in the tar
+CAPTION_MIN, CAPTION_MAX = 100, 200
+CAPTION_WORDS = (
+    "a", "the", "small", "large", "red", "blue", "dog", "cat", "bird", "car", "on", "in",
+    "near", "street", "field", "table", "photo", "of", "with", "two", "old", "new", "sunny",
+)  # fmt: skip
 
 
 class Dataset(TypedDict):
@@ -167,26 +177,53 @@ def tar_sample(
     return [(f"{name}.{ext}", contents[ext]) for ext in members]
 
 
+def caption_sample(sample_id: int, rng: random.Random) -> list[tuple[str, bytes]]:
+    """The member files of one small sample (``TAR_CAPTION_MEMBERS``), named ``<id>.<ext>``:
+    a label, a ~100-byte JSON description and a caption of ``CAPTION_MIN``..``CAPTION_MAX``
+    bytes."""
+    label = rng.randrange(LABELS)
+    length = rng.randint(CAPTION_MIN, CAPTION_MAX)
+    words: list[str] = []
+    while len(" ".join(words)) < length:
+        words.append(rng.choice(CAPTION_WORDS))
+    caption = " ".join(words)[:length].encode()
+    meta = {"id": sample_id, "label": label, "lang": "en", "split": "train", "chars": length,
+            "source": "testkit.sample_data"}  # fmt: skip
+    contents = {"cls": str(label).encode(), "json": json.dumps(meta).encode(), "txt": caption}
+    return [(f"{sample_id:09d}.{ext}", contents[ext]) for ext in TAR_CAPTION_MEMBERS]
+
+
 def tar_object(
-    first_id: int, size: int, rng: random.Random, members: Sequence[str] = TAR_MEMBERS
+    first_id: int,
+    size: int,
+    rng: random.Random,
+    members: Sequence[str] = TAR_MEMBERS,
+    style: TarStyle = "image",
 ) -> tuple[bytes, list[int]]:
     """A tar of at least one sample and about ``size`` bytes (ustar, mtime 0, mode 0644, no
-    owner: the same bytes every time); its samples' ids. ``members`` is ``tar_sample``'s."""
+    owner: the same bytes every time); its samples' ids. ``style`` picks the samples:
+    ``tar_sample``'s (with its ``members``) or ``caption_sample``'s."""
     out = io.BytesIO()
     ids: list[int] = []
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         while not ids or out.tell() < size:
             ids.append(first_id + len(ids))
-            for name, data in tar_sample(ids[-1], rng, members):
+            if style == "caption":
+                files = caption_sample(ids[-1], rng)
+            else:
+                files = tar_sample(ids[-1], rng, members)
+            for name, data in files:
                 info = tarfile.TarInfo(name)
                 info.size, info.mode = len(data), 0o644
                 tar.addfile(info, io.BytesIO(data))
     return out.getvalue(), ids
 
 
-def member_files(kind: Kind, records: int) -> int:
+def member_files(kind: Kind, records: int, tar_style: TarStyle = "image") -> int:
     """The files inside a dataset's objects: a tar sample's members, or one per record."""
-    return records * len(TAR_MEMBERS) if kind == "tar" else records
+    if kind != "tar":
+        return records
+    return records * len(TAR_CAPTION_MEMBERS if tar_style == "caption" else TAR_MEMBERS)
 
 
 def object_key(prefix: str, kind: Kind, index: int) -> str:
@@ -208,10 +245,12 @@ def generate(
     first_id: int = 0,
     record_size: int | None = None,
     tar_members: Sequence[str] = TAR_MEMBERS,
+    tar_style: TarStyle = "image",
 ) -> Iterator[tuple[str, bytes, list[int]]]:
     """Yield ``(key, body, record_ids)`` for each object, deterministically from ``seed``;
     ``record_size`` (tfrecord only) fixes the framed size of every record, ``tar_members``
-    (tar only) which files each sample holds (e.g. ``("json", "cls")``: small samples only)."""
+    (tar only) which files each image sample holds (e.g. ``("json", "cls")``), ``tar_style``
+    (tar only) image or caption samples (``tar_object``)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     prefix = normalize_prefix(prefix)
@@ -226,7 +265,7 @@ def generate(
             if kind == "lines":
                 body, ids = lines_object(next_id, size, rng)
             else:
-                body, ids = tar_object(next_id, size, rng, tar_members)
+                body, ids = tar_object(next_id, size, rng, tar_members, tar_style)
             next_id += len(ids)
             yield key, body, ids
             continue
@@ -361,12 +400,13 @@ def upload_dataset(
     seed: int,
     first_id: int = 0,
     record_size: int | None = None,
+    tar_style: TarStyle = "image",
 ) -> Dataset:
     """Generate one object per entry of ``sizes`` (bytes) and put them under ``prefix``.
 
     Returns what was uploaded (keys, sizes, digests, record ids). Record ids run from
     ``first_id`` upwards, so two datasets with disjoint id ranges can share a bucket;
-    ``record_size`` is ``generate``'s.
+    ``record_size`` and ``tar_style`` are ``generate``'s.
     """
     dataset: Dataset = {
         "kind": kind,
@@ -389,7 +429,13 @@ def upload_dataset(
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         pending: list[Any] = []
         items = generate(
-            prefix, kind=kind, sizes=sizes, seed=seed, first_id=first_id, record_size=record_size
+            prefix,
+            kind=kind,
+            sizes=sizes,
+            seed=seed,
+            first_id=first_id,
+            record_size=record_size,
+            tar_style=tar_style,
         )
         for item in items:
             key, body, ids = item
@@ -434,6 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--record-size", type=_size_arg, default=None, help="tfrecord: every record this size"
     )
+    parser.add_argument(
+        "--tar-style",
+        choices=("image", "caption"),
+        default="image",
+        help="tar: samples with a 10-60 KiB image, or small ones (.cls, .json, .txt caption)",
+    )
     parser.add_argument("--summary-json", help="also write the full dataset description here")
     args = parser.parse_args(argv)
     if args.objects < 1:
@@ -454,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         first_id=args.first_id,
         record_size=args.record_size,
+        tar_style=args.tar_style,
     )
     elapsed = time.monotonic() - started
     print(

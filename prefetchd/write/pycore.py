@@ -117,6 +117,34 @@ def frame_tar(buf: bytes, final: bool, at_start: bool) -> tuple[bytes, Any, int,
     return data, ends, consumed, status
 
 
+def check_tar(buf: bytes, final: bool, at_start: bool) -> tuple[int, int, int, int]:
+    """``frame_tar`` without the frames: ``(samples, largest, consumed, status)``, where
+    ``samples`` is how many frames it would give, ``largest`` the size of the largest (0 with
+    none), and ``consumed`` and ``status`` are its own. The writer's read-through of an object
+    needs only this verdict, so it skips the Examples and their CRCs."""
+    samples: list[tuple[bytes, dict[str, bytes]]] = []
+    status, consumed = _tar_scan(buf, final, at_start, samples)
+    largest = max((_tar_frame_size(k, members) for k, members in samples), default=0)
+    return len(samples), largest, consumed, status
+
+
+def _tar_frame_size(key: bytes, members: dict[str, bytes]) -> int:
+    """``len(frame(encode_example({"key": key, **members})))``, by arithmetic."""
+    entries = _entry_size(b"key", len(key))
+    entries += sum(_entry_size(name.encode(), len(data)) for name, data in members.items())
+    return HEADER_SIZE + _field_size(entries) + FOOTER.size
+
+
+def _entry_size(name: bytes, value: int) -> int:
+    """One ``Features`` map entry: ``{key = name, value = Feature{BytesList{value}}}``."""
+    return _field_size(_field_size(len(name)) + _field_size(_field_size(_field_size(value))))
+
+
+def _field_size(payload: int) -> int:
+    """A length-delimited field of a small field number: tag, varint length, payload."""
+    return 1 + max(1, -(-payload.bit_length() // 7)) + payload
+
+
 def _tar_scan(
     buf: bytes, final: bool, at_start: bool, samples: list[tuple[bytes, dict[str, bytes]]]
 ) -> tuple[int, int]:

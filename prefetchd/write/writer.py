@@ -65,6 +65,7 @@ from prefetchd.write import core, pycore
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import (
     Format,
+    check_object,
     get_format,
     object_frames,
     read_whole_first,
@@ -583,7 +584,7 @@ class Writer:
             spec, limit = self.config.source.format, self.config.source.parse_timeout
             raise ParseTimeout(obj.key, spec, limit, killed=MAX_ATTEMPTS)
         try:
-            for _ in object_frames(self.format, obj.key, str(obj.path)):
+            for _ in check_object(self.format, obj.key, str(obj.path)):
                 self._report()  # a large object takes a while: stay visibly alive
         finally:
             if plugin:

@@ -39,6 +39,7 @@ from prefetchd.write.shuffle import Holding, shuffled_frames
 __all__ = [
     "Format",
     "PluginFormat",
+    "check_object",
     "get_format",
     "object_frames",
     "open_object",
@@ -58,6 +59,17 @@ def object_frames(fmt: Format, key: str, path: str) -> Iterator[Frames]:
     if method is not None:
         return cast(Iterator[Frames], method(key, path))
     return batched(fmt.records(key, path))
+
+
+def check_object(fmt: Format, key: str, path: str) -> Iterator[int]:
+    """Read the object through as ``object_frames`` does, raising what it raises, keeping
+    nothing; yields how many records each step passed (a caller reports progress between
+    steps). A format may check without framing (``check(key, path)``: ``tar`` walks its
+    headers only); any other is framed and the frames are dropped."""
+    method = getattr(fmt, "check", None)
+    if method is not None:
+        return cast(Iterator[int], method(key, path))
+    return (len(frames) for frames in object_frames(fmt, key, path))
 
 
 def read_whole_first(fmt: Format, key: str, path: str) -> bool:

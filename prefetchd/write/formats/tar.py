@@ -18,6 +18,12 @@ skips the samples already framed: such tars cost what they always did, and give 
 always gave. Real WebDataset output often has a pax header per member (WebDataset's writer
 stores a float ``mtime``), and then takes that slower path.
 
+The writer reads an object through once before its first record is taken (to quarantine a
+bad one with none of its records delivered): ``check`` makes that pass cheap. It is the walk
+of ``frames`` with every rule and decision the same, but the core's ``check_tar`` only reads
+the headers and sizes (no Examples, no CRCs); where the fast reader gives up, the reference
+reader checks the rest exactly as ``frames`` reads it. So it raises what ``frames`` raises.
+
 Limits: a sample whose members hold more than ``output.max_record_size`` bytes raises
 ``RecordTooLarge`` from the member header, before its data is read; so does a pax or GNU
 long-name header that large (``tarfile`` would read it whole). The fast reader leaves a batch
@@ -33,8 +39,8 @@ import itertools
 import logging
 import posixpath
 import tarfile
-from collections.abc import Iterator
-from typing import BinaryIO, cast
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, TypeVar, cast
 
 from prefetchd.config import DEFAULT_MAX_RECORD_SIZE
 from prefetchd.errors import CorruptObject
@@ -45,6 +51,7 @@ from prefetchd.write.frames import BATCH_BYTES, Frames
 from prefetchd.write.quarantine import RecordTooLarge
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # tarfile decodes names with the file system encoding; the fast reader assumes UTF-8
 UTF8_NAMES = codecs.lookup(tarfile.ENCODING).name == "utf-8"
@@ -86,10 +93,39 @@ class TarFormat:
             log.debug("%s: read with tarfile from sample %d on", key, scan.samples)
             yield from _tarfile_frames(key, path, scan.samples, self.max_record_size)
 
+    def check(self, key: str, path: str) -> Iterator[int]:
+        """Read the object through as ``frames`` does, raising what it raises, but keep
+        nothing: how many records each step passed. The fast reader only walks the headers
+        (``check_tar``: no Examples, no CRCs); where it gives up, the reference reader checks
+        the rest exactly as ``frames`` reads it."""
+        scan = _FastScan(self.max_record_size)
+        if UTF8_NAMES:
+            yield from scan.checks(key, path)
+        if not scan.complete:
+            log.debug("%s: checked with tarfile from sample %d on", key, scan.samples)
+            for frames in _tarfile_frames(key, path, scan.samples, self.max_record_size):
+                yield len(frames)
+
+
+# One pass of the fast reader over a chunk: what it hands on, how many samples that is, the
+# largest frame among them, how much of the chunk it used, and its status (``frame_tar``'s)
+_Step = Callable[[bytes, bool, bool], tuple[T, int, int, int, int]]
+
+
+def _framed(buf: bytes, final: bool, at_start: bool) -> tuple[Frames, int, int, int, int]:
+    data, ends, used, status = core.IMPL.frame_tar(buf, final, at_start)
+    batch = Frames.of(data, ends)
+    return batch, len(batch), batch.largest(), used, status
+
+
+def _checked(buf: bytes, final: bool, at_start: bool) -> tuple[int, int, int, int, int]:
+    samples, largest, used, status = core.IMPL.check_tar(buf, final, at_start)
+    return samples, samples, largest, used, status
+
 
 class _FastScan:
-    """One pass of ``frame_tar`` over an object: how many samples it framed, and whether it
-    read the whole tar (else the reference reader takes over)."""
+    """One pass of ``frame_tar`` (or ``check_tar``) over an object: how many samples it read,
+    and whether it read the whole tar (else the reference reader takes over)."""
 
     def __init__(self, limit: int = DEFAULT_MAX_RECORD_SIZE) -> None:
         self.samples = 0
@@ -97,6 +133,15 @@ class _FastScan:
         self.limit = limit  # output.max_record_size
 
     def frames(self, key: str, path: str) -> Iterator[Frames]:
+        """The framed samples, ~1 MiB of stream per batch."""
+        return self._walk(key, path, _framed)
+
+    def checks(self, key: str, path: str) -> Iterator[int]:
+        """The walk of ``frames`` with every decision the same, but no frames built: how many
+        samples each batch would hold."""
+        return self._walk(key, path, _checked)
+
+    def _walk(self, key: str, path: str, step: _Step[T]) -> Iterator[T]:
         try:
             with open_object(key, path, buffered=False) as f:
                 pending, at_start, need = b"", True, BATCH_BYTES
@@ -104,13 +149,12 @@ class _FastScan:
                     # a sample longer than a chunk grows the read to what it needs
                     chunk = f.read(max(BATCH_BYTES, need - len(pending)))
                     buf = pending + chunk if pending else chunk
-                    data, ends, used, status = core.IMPL.frame_tar(buf, not chunk, at_start)
-                    batch = Frames.of(data, ends)
-                    if len(batch) and batch.largest() > self.limit:
+                    batch, count, largest, used, status = step(buf, not chunk, at_start)
+                    if largest > self.limit:
                         return  # a sample this large: the reference reader measures it
                     rest, chunk, buf = buf[used:], b"", b""  # not held while the batch is
-                    if len(batch):
-                        self.samples += len(batch)
+                    if count:
+                        self.samples += count
                         yield batch
                     if status <= 0:
                         self.complete = status == pycore.TAR_END

@@ -48,12 +48,16 @@ def test_cpu_bars_compare_with_the_crt_ceilings_data_path() -> None:
         row("loopback", "small", "ceiling-crt", data_cpu_ms_per_object=0.5),
         row("loopback", "small", "prefetchd-crt", mb_s=50, data_cpu_ms_per_object=1.5),
         row("loopback", "lines", "prefetchd", mb_s=50, data_cpu_us_per_record=2.5),
-        row("loopback", "tar", "prefetchd", mb_s=50, data_cpu_us_per_file=1.5),
+        row("loopback", "tarsmall", "prefetchd", mb_s=50, data_cpu_us_per_file=1.5),
+        row("loopback", "tar", "prefetchd", mb_s=50, data_cpu_us_per_file=40.0),
     )
     assert got[(1, bars.CPU_GB.what, "loopback/medium/prefetchd")] == (pytest.approx(1.4), True)
     assert got[(2, bars.CPU_OBJECT.what, "loopback/small/prefetchd-crt")] == (3.0, False)
     assert got[(3, bars.CPU_RECORD.what, "loopback/lines/prefetchd")] == (2.5, False)
-    assert got[(3, bars.CPU_FILE.what, "loopback/tar/prefetchd")] == (1.5, True)
+    assert got[(3, bars.CPU_FILE.what, "loopback/tarsmall/prefetchd")] == (1.5, True)
+    # tar's images cost more per file than the bar in the ceiling alone: judged on tarsmall
+    assert not any(key[0] == 3 and key[2] == "loopback/tar/prefetchd" for key in got)
+    assert (6, bars.STARTUP.what, "loopback/tar/prefetchd") in got, "tar keeps its other rows"
 
 
 def test_lean_floor_start_up_and_rss_bars() -> None:

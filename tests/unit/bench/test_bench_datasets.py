@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,15 +18,17 @@ MiB = 1024**2
 
 
 def generated(
-    kind: sample_data.Kind, sizes: list[int], **kw: int
+    kind: sample_data.Kind, sizes: list[int], **kw: Any
 ) -> list[tuple[str, bytes, list[int]]]:
     return list(sample_data.generate("d/", kind=kind, sizes=sizes, seed=3, **kw))
 
 
-@pytest.mark.parametrize("kind", ["lines", "tar"])
-def test_same_seed_same_bytes_and_ids_unique_across_objects(kind: sample_data.Kind) -> None:
-    first = generated(kind, [300_000, 200_000])
-    assert first == generated(kind, [300_000, 200_000])
+@pytest.mark.parametrize("name", ["lines", "tar", "tarsmall"])
+def test_same_seed_same_bytes_and_ids_unique_across_objects(name: str) -> None:
+    spec = datasets.BY_NAME[name].spec(2)
+    kind, style = spec.kind, spec.tar_style
+    first = generated(kind, [300_000, 200_000], tar_style=style)
+    assert first == generated(kind, [300_000, 200_000], tar_style=style)
     ids = [i for _, _, object_ids in first for i in object_ids]
     assert ids == list(range(len(ids)))
     assert [key for key, _, _ in first] == [
@@ -60,6 +63,29 @@ def test_tar_samples_have_three_members_and_parse_as_webdataset(tmp_path: Path) 
     assert sample_data.member_files("tar", len(ids)) == 3 * len(ids)
 
 
+def test_tarsmall_samples_are_small_files_read_as_webdataset(tmp_path: Path) -> None:
+    """Bar 3's tar row: 2-8 MiB tars of many small members, so the cost per member file is
+    the parser's, not the bytes'; prefetchd and the baseline's tarfile split read them."""
+    spec = datasets.BY_NAME["tarsmall"].spec(1)
+    assert (spec.kind, spec.tar_style, spec.min_size, spec.max_size) == (
+        "tar", "caption", 2 * MiB, 8 * MiB,
+    )  # fmt: skip
+    ((key, body, ids),) = generated("tar", [2 * MiB], tar_style="caption")
+    path = tmp_path / "obj"
+    path.write_bytes(body)
+    decoded = [sample_data.decode_example(r) for r in get_format("tar").records(key, str(path))]
+    assert all(set(e) == {"key", *sample_data.TAR_CAPTION_MEMBERS} for e in decoded)
+    members = [{n: v for n, v in e.items() if isinstance(v, bytes)} for e in decoded]
+    assert [int(m["key"]) for m in members] == ids
+    assert [json.loads(m["json"])["id"] for m in members] == ids
+    assert 80 <= sum(len(m["json"]) for m in members) / len(ids) <= 120, "~100-byte JSON"
+    captions = [m["txt"] for m in members]
+    assert all(100 <= len(c) <= 200 for c in captions)
+    assert readers.split_tar(body) == captions  # the baseline delivers the caption
+    assert sample_data.member_files("tar", len(ids), "caption") == 3 * len(ids)
+    assert len(ids) > 600, "a 2 MiB tar holds hundreds of small samples"
+
+
 def test_fixed_record_size_fills_a_16_mib_object_with_64_kib_records() -> None:
     ((_, body, ids),) = generated("tfrecord", [16 * MiB], record_size=64 * 1024)
     assert len(ids) == 256
@@ -78,6 +104,8 @@ def test_the_floor_holds_the_records_prefetchd_delivers(tmp_path: Path) -> None:
 
 
 def test_every_dataset_has_a_quick_count_and_bar_datasets_exist() -> None:
-    assert {"large", "medium", "small", "tfrecord16", "lines", "tar"} <= set(datasets.NAMES)
+    assert {"large", "medium", "small", "tfrecord16", "lines", "tar", "tarsmall"} <= set(
+        datasets.NAMES
+    )
     assert set(datasets.PACED) == {"large", "medium", "small"}
     assert all(0 < d.quick_objects < d.objects for d in datasets.DATASETS)

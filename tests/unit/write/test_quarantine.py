@@ -21,7 +21,7 @@ import zstandard
 from prefetchd.config import config_from_dict
 from prefetchd.errors import ConfigError, CorruptObject
 from prefetchd.tfrecord import frame
-from prefetchd.write.formats import get_format, object_frames, read_whole_first
+from prefetchd.write.formats import check_object, get_format, object_frames, read_whole_first
 from prefetchd.write.formats.lines import LinesFormat
 from prefetchd.write.formats.plugin import PluginFormat
 from prefetchd.write.quarantine import (
@@ -58,16 +58,24 @@ def every_record(fmt_name: str, key: str, path: str, limit: int = LIMIT) -> list
     by_records = list(fmt.records(key, path))
     by_frames = [r for f in object_frames(fmt, key, path) for r in f.payloads()]
     assert by_records == by_frames
+    assert sum(check_object(fmt, key, path)) == len(by_records), "the writer's read-through"
     return by_records
 
 
 def both_raise(fmt_name: str, key: str, path: str, limit: int = LIMIT) -> list[CorruptObject]:
     fmt = get_format(fmt_name, max_record_size=limit)
     errors = []
-    for read in (lambda: list(fmt.records(key, path)), lambda: list(object_frames(fmt, key, path))):
+    reads: list[Callable[[], object]] = [
+        lambda: list(fmt.records(key, path)),
+        lambda: list(object_frames(fmt, key, path)),
+        lambda: list(check_object(fmt, key, path)),  # the writer's read-through (_validate)
+    ]
+    for read in reads:
         with pytest.raises(CorruptObject) as info:
             read()
         errors.append(info.value)
+    framed, checked = errors[1:]
+    assert (type(framed), str(framed)) == (type(checked), str(checked)), "the same quarantine"
     return errors
 
 

@@ -9,6 +9,7 @@ import gzip
 import io
 import random
 import tarfile
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +21,7 @@ import zstandard
 from prefetchd.write import core, pycore
 from prefetchd.write.formats import tar as tarfmt
 from prefetchd.write.formats.tar import TarFormat, tarfile_records
+from prefetchd.write.frames import Frames
 from testkit import sample_data
 
 IMPLS: list[ModuleType] = [pycore]
@@ -163,12 +165,32 @@ def write(tmp_path: Path, body: bytes, suffix: str = "") -> tuple[str, str]:
     return f"shards/s.tar{suffix}", str(path)
 
 
-def frames_outcome(key: str, path: str) -> Outcome:
+def frames_outcome(key: str, path: str, limit: int = 64 << 20) -> Outcome:
     def records() -> Iterator[bytes]:
-        for frames in TarFormat().frames(key, path):
+        for frames in TarFormat(limit).frames(key, path):
             yield from frames.payloads()
 
     return outcome(records)
+
+
+def check_outcome(key: str, path: str, limit: int = 64 << 20) -> tuple[int, tuple[str, str] | None]:
+    """What the writer's read-through (``TarFormat.check``) finds: records passed, error."""
+    passed = 0
+    try:
+        for count in TarFormat(limit).check(key, path):
+            passed += count
+    except Exception as exc:
+        return passed, (type(exc).__name__, str(exc))
+    return passed, None
+
+
+def assert_check_agrees(key: str, path: str, limit: int = 64 << 20) -> None:
+    """The read-through raises what framing raises, and passes every record when it does not:
+    the same objects are quarantined with the same reason."""
+    records, error = frames_outcome(key, path, limit)
+    passed, checked = check_outcome(key, path, limit)
+    assert checked == error
+    assert error is not None or passed == len(records)
 
 
 def assert_same_as_tarfile(
@@ -190,6 +212,7 @@ def assert_same_as_tarfile(
         for impl in IMPLS:
             monkeypatch.setattr(core, "IMPL", impl)
             records, error = frames_outcome(key, path)
+            assert_check_agrees(key, path)
             assert error == want[1], (impl.__name__, chunk)
             assert records == intact[: len(records)], (impl.__name__, chunk)
             assert error is not None or len(records) == len(want[0]), (impl.__name__, chunk)
@@ -271,6 +294,36 @@ def test_base256_and_spaced_number_fields(tmp_path: Path, monkeypatch: pytest.Mo
     key, path = write(tmp_path, body)
     records, error = assert_same_as_tarfile(monkeypatch, key, path)
     assert error is None and len(records) == 2 and fast_only(key, path)
+
+
+def high_header(name: bytes, size: int, signed: bool, wrong: int = 0) -> bytes:
+    """A ustar header with 387 bytes >= 0x80 (name, link name, prefix, user and group names)
+    and the checksum tarfile takes: the unsigned byte sum, or the signed one; ``wrong`` off."""
+    h = bytearray(header(name, size, prefix=b"\xfe" * 155))
+    h[157:257] = b"\xfd" * 100  # the link name: tarfile decodes it, a regular file ignores it
+    h[265:297] = h[297:329] = b"\xfc" * 31 + b"\0"
+    rest = h[:148] + h[156:]
+    unsigned = sum(rest) + 8 * 32
+    stored = unsigned - 256 * sum(1 for b in rest if b >= 0x80) if signed else unsigned
+    h[148:156] = b"%06o\0 " % (stored + wrong)
+    return bytes(h)
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned-sum", "signed-sum"])
+def test_checksums_of_headers_full_of_high_bytes(
+    signed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tarfile takes the unsigned or the signed byte sum; the C core sums eight bytes at a
+    time, so hundreds of bytes >= 0x80 in one header must count the same."""
+    name = b"\xff" * 96 + b".cls"
+    good = high_header(name, 1, signed) + padded(b"1")
+    good += high_header(name.replace(b".cls", b".txt"), 1, signed) + padded(b"2")
+    key, path = write(tmp_path, good + END)
+    records, error = assert_same_as_tarfile(monkeypatch, key, path)
+    assert len(records) == 1 and error is None and fast_only(key, path)
+    key, path = write(tmp_path, high_header(name, 1, signed, wrong=1) + padded(b"1") + END)
+    _, error = assert_same_as_tarfile(monkeypatch, key, path)
+    assert error is not None and "checksum" in error[1]
 
 
 @pytest.mark.parametrize(
@@ -367,3 +420,51 @@ def test_both_cores_frame_every_prefix_the_same() -> None:
                     got = [impl.frame_tar(body[:cut], final, at_start) for impl in IMPLS]
                     python, native = ((bytes(d), bytes(e), c, s) for d, e, c, s in got)
                     assert python == native, (cut, final, at_start)
+
+
+def test_both_cores_check_every_prefix_as_they_frame_it() -> None:
+    """``check_tar`` is ``frame_tar``'s walk: the same count, largest frame, consumed and
+    status, in both cores, for every cut of odd tars."""
+    rng = random.Random(11)
+    for body in (random_tar(rng), random_tar(rng, ascii_only=True), long_names(rng, 0)):
+        for cut in sorted({*range(0, len(body), 331), len(body)}):
+            for final, at_start in ((False, False), (False, True), (True, False), (True, True)):
+                args = (body[:cut], final, at_start)
+                checks = {impl.check_tar(*args) for impl in IMPLS}
+                assert len(checks) == 1, (cut, final, at_start)
+                data, ends, consumed, status = pycore.frame_tar(*args)
+                frames = Frames.of(data, ends)
+                assert checks.pop() == (len(frames), frames.largest(), consumed, status)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_a_sample_over_the_limit_is_quarantined_by_the_check_as_by_framing(
+    suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Limits around the largest sample's frame and its member bytes: the check falls back to
+    tarfile exactly where framing does, and both end the same (records or RecordTooLarge)."""
+    body = (
+        member(b"s/0.cls", b"0") + member(b"s/1.a", b"a" * 3000) + member(b"s/1.b", b"b" * 3000)
+        + member(b"s/2.cls", b"2") + END
+    )  # fmt: skip
+    key, path = write(tmp_path, body, suffix)
+    largest = max(len(r) for r in tarfile_records(key, path)) + 16  # framed: 12 + 4 bytes
+    for impl in IMPLS:
+        monkeypatch.setattr(core, "IMPL", impl)
+        for limit in (5999, 6000, 6001, largest - 1, largest, largest + 1, 1 << 20):
+            assert_check_agrees(key, path, limit)
+        _, error = frames_outcome(key, path, 5999)
+        assert error is not None and error[0] == "RecordTooLarge"
+
+
+def test_the_read_through_builds_no_examples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's read-through of a clean tar walks headers only: ``frame_tar`` (Examples,
+    CRCs) is never called, and every sample is counted."""
+    body, ids = sample_data.tar_object(0, 300_000, random.Random(9), ("json", "cls"))
+    key, path = write(tmp_path, body)
+    for impl in IMPLS:
+        walk_only = types.SimpleNamespace(check_tar=impl.check_tar)  # no frame_tar at all
+        monkeypatch.setattr(core, "IMPL", walk_only)
+        assert sum(TarFormat().check(key, path)) == len(ids)
