@@ -45,7 +45,6 @@ import logging
 import os
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -59,6 +58,7 @@ import botocore.exceptions
 import botocore.session
 
 from prefetchd.config import Config
+from prefetchd.download.finishers import Finishers
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.parts import object_part_size, slots_for
 from prefetchd.download.store import make_client
@@ -166,7 +166,7 @@ class CrtTransfer:
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
         # Verification and done() run here, never on a CRT event-loop thread.
-        self._finisher = ThreadPoolExecutor(FINISHERS, thread_name_prefix="crt-done")
+        self._finisher: Finishers[_Fetch] = Finishers(FINISHERS, "crt-done")
         self._verifier = Verifier(
             make_client(config, pool=FINISHERS), src.bucket, config.source.format
         )
@@ -238,7 +238,7 @@ class CrtTransfer:
                 log.warning(
                     "%d downloads still running after %.0fs", len(self._active), SHUTDOWN_WAIT
                 )
-        self._finisher.shutdown(wait=True)
+        self._finisher.shutdown()
 
     # --- main thread --------------------------------------------------------------------------
 

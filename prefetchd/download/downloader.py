@@ -99,7 +99,7 @@ class Downloader:
         self.keeper: Keeper | None = None
         self.linked: set[str] = set()  # objects on disk whose bytes are also kept (start-up)
         self.first_epoch = 0  # the first epoch this run schedules
-        self.results: queue.Queue[Job] = queue.Queue()
+        self.results: queue.SimpleQueue[Job] = queue.SimpleQueue()  # C; no Condition per put
         self.retry_queue: list[tuple[float, Job]] = []
         self.epochs: dict[int, EpochProgress] = {}
         self.share = ShareTable()

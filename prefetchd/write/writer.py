@@ -52,6 +52,7 @@ from prefetchd.layout import (
     epoch_prefix,
     parse_object_name,
     parse_shard_name,
+    read_small,
     shard_name,
     writer_claim_name,
     writer_claim_prefix,
@@ -521,7 +522,7 @@ class Writer:
         parsed = parse_object_name(name)
         assert parsed is not None
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = json.loads(read_small(meta_path))
             key = meta["key"]
         except (OSError, ValueError, KeyError, TypeError):
             meta, key = {}, f"<unknown key of {name}>"
