@@ -7,6 +7,8 @@ then published in three steps whose order makes a crash at any point safe::
     meta/<obj>.json written  ->  "P <hash>" appended to progress/e<k>.log  ->  .tmp/<obj>.part
     renamed to ready/<obj>
 
+The meta is written in place, complete before its log line; no reader opens it before the
+rename, and one a crash left partial is of an object not yet logged, which start-up deletes.
 On start-up a ``.part`` whose hash is already in the progress log is rolled forward (renamed);
 any other ``.part`` is deleted and fetched again. Objects in the log are not fetched again,
 except one whose meta is still there while its file is gone (deleted from ``ready/`` by someone
