@@ -27,6 +27,7 @@ class Finishers(Generic[T]):
     def __init__(self, threads: int, name: str) -> None:
         self._calls: queue.SimpleQueue[tuple[Callable[[T], object], T] | None] = queue.SimpleQueue()
         self._closed = False
+        self._lock = threading.Lock()  # no call queued behind the stops shutdown() queues
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True)
             for i in range(threads)
@@ -37,15 +38,17 @@ class Finishers(Generic[T]):
     def submit(self, fn: Callable[[T], object], item: T) -> None:
         """Queue ``fn(item)``; raises RuntimeError once ``shutdown()`` has begun (as the
         executor does), so a late caller can run it itself."""
-        if self._closed:
-            raise RuntimeError("cannot submit after shutdown")
-        self._calls.put((fn, item))
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot submit after shutdown")
+            self._calls.put((fn, item))
 
     def shutdown(self) -> None:
         """Run every call already submitted, then stop and join the threads."""
-        self._closed = True
-        for _ in self._threads:
-            self._calls.put(None)  # after every call already submitted: one stop per thread
+        with self._lock:
+            self._closed = True
+            for _ in self._threads:
+                self._calls.put(None)  # after every call already submitted: one per thread
         for thread in self._threads:
             thread.join()
 
