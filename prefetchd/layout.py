@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -164,20 +165,20 @@ class Layout:
     def of(cls, config: Config) -> Layout:
         return cls(config.download.cache_dir, config.output.ram_dir, config.status.state_dir)
 
-    # cache_dir
-    @property
+    # cache_dir (the four the downloader and writers name per object: joined once, not each time)
+    @functools.cached_property
     def cache_tmp(self) -> Path:
         return self.cache / ".tmp"
 
-    @property
+    @functools.cached_property
     def cache_meta(self) -> Path:
         return self.cache / "meta"
 
-    @property
+    @functools.cached_property
     def cache_ready(self) -> Path:
         return self.cache / "ready"
 
-    @property
+    @functools.cached_property
     def cache_claimed(self) -> Path:
         return self.cache / "claimed"
 
