@@ -23,6 +23,7 @@ from prefetchd.config import Config, load_config
 from prefetchd.download.downloader import Downloader, EpochProgress
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
+from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import TMP_SUFFIX, Layout, key_hash, object_name
 from prefetchd.supervise.child import ChildContext
 from prefetchd.write.writer import Writer
@@ -167,3 +168,25 @@ def test_claiming_a_small_object_costs_a_bounded_number_of_syscalls(
     for name, count in per_object.items():
         budget = CLAIM_BUDGET.get(name, 0) + (2 / OBJECTS if name == "listdir" else 0)
         assert count <= budget, f"os.{name}: {count:.2f} per claimed object > {budget:.2f}"
+
+
+def test_a_writer_waiting_on_an_empty_ready_dir_lists_it_only_when_something_arrives(
+    config: Config, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The regression: a writer keeping up with the downloader finds its listing empty on
+    # nearly every loop, and listed ready/ again each time (3 listings per object).
+    writer = Writer(ChildContext("writer-0", config), 0)
+    with Watch(layout.cache_ready, IN_MOVED_TO) as arrivals:
+        writer.arrivals = arrivals
+        with Syscalls(monkeypatch).counting() as syscalls:
+            for _ in range(100):
+                assert writer._claim_next() is None
+            assert syscalls.calls["listdir"] <= 1
+            downloader = Downloader(ChildContext("downloader", config))
+            for job in fetched_jobs(config, layout, downloader):
+                downloader._transfer_done(job)
+                break  # one object published
+            downloader._drain_results()
+            name = writer._claim_next()  # the arrival is seen at once, not after a timeout
+    assert name is not None
+    assert os.listdir(layout.cache_claimed) == [writer._claimed_path(name).name]
