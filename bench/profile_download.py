@@ -378,6 +378,9 @@ def line(
         f"  {label:<22} {per_obj:7.2f} ms/object {per_gb:6.2f} CPU-s/GB "
         f"x{cpu / ceil:5.2f} of ceiling  wall {wall:6.2f}s {ds_bytes / MiB / wall:7.0f} MiB/s"
     )
+    if runs[0].get("cpu_start") is not None:  # the bar: start-up excluded, as the ceiling's
+        steady = statistics.median(r["cpu"] - (r["cpu_start"] or 0) for r in runs)
+        text += f"  steady {1000 * steady / ds.objects:.2f} ms/object x{steady / ceil:.2f}"
     return text + "".join(extra(runs) for extra in EXTRAS)
 
 

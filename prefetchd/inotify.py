@@ -31,6 +31,7 @@ IN_CLOSE = IN_CLOSE_WRITE | IN_CLOSE_NOWRITE
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")
+_READ_SIZE = 64 * 1024
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -77,7 +78,7 @@ class Watch:
         events: list[Event] = []
         while True:
             try:
-                buf = os.read(self._fd, 64 * 1024)
+                buf = os.read(self._fd, _READ_SIZE)
             except OSError as exc:
                 if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
                     return events
@@ -90,6 +91,11 @@ class Watch:
                 offset += length
                 if not mask & IN_IGNORED:
                     events.append(Event(mask, os.fsdecode(raw)))
+            if len(buf) < _READ_SIZE - _EVENT.size - 256:
+                # Room was left for another event: the queue was empty when read. Not
+                # asking again saves a read (and its EAGAIN) per wake-up; later events
+                # are the next call's.
+                return events
 
     @property
     def closed(self) -> bool:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -164,20 +165,20 @@ class Layout:
     def of(cls, config: Config) -> Layout:
         return cls(config.download.cache_dir, config.output.ram_dir, config.status.state_dir)
 
-    # cache_dir
-    @property
+    # cache_dir (the four the downloader and writers name per object: joined once, not each time)
+    @functools.cached_property
     def cache_tmp(self) -> Path:
         return self.cache / ".tmp"
 
-    @property
+    @functools.cached_property
     def cache_meta(self) -> Path:
         return self.cache / "meta"
 
-    @property
+    @functools.cached_property
     def cache_ready(self) -> Path:
         return self.cache / "ready"
 
-    @property
+    @functools.cached_property
     def cache_claimed(self) -> Path:
         return self.cache / "claimed"
 
@@ -473,16 +474,53 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            # Plain writes on the fd, not a file object: one is written per published object,
+            # and os.fdopen's buffered file costs two syscalls (fstat, lseek) and ~10 us more.
+            write_all(fd, data)
             if fsync:
-                f.flush()
-                os.fsync(f.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_in_place(path: Path, data: bytes) -> None:
+    """Write ``data`` at ``path`` (created 0600, or truncated; never through a symlink) without
+    a temp name: only for a file no reader opens before a later step publishes it, so that a
+    crash can leave it partial only where a start-up sweep removes it (a meta before its
+    object's progress-log line). Saves write_atomic's rename, the dearest of its syscalls."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read_small(path: Path, hint: int = 4096) -> bytes:
+    """The whole of a small file (a meta, a marker) in as few syscalls as the kernel allows:
+    open, one read of ``hint`` bytes (a regular file's read is short only at its end), close.
+    Path.read_text would also fstat, lseek and build a text wrapper, per object."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        chunks = [os.read(fd, hint)]
+        while len(chunks[-1]) == hint:  # longer than the hint: read on to the end
+            chunks.append(os.read(fd, hint))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at ``fd``'s offset (``os.write`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def create_exclusive(path: Path, *, readable: bool = False) -> int:

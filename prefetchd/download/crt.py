@@ -45,7 +45,6 @@ import logging
 import os
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -57,8 +56,10 @@ import awscrt.io
 import awscrt.s3
 import botocore.exceptions
 import botocore.session
+from botocore.credentials import RefreshableCredentials
 
 from prefetchd.config import Config
+from prefetchd.download.finishers import Finishers
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.parts import object_part_size, slots_for
 from prefetchd.download.store import make_client
@@ -166,13 +167,13 @@ class CrtTransfer:
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
         # Verification and done() run here, never on a CRT event-loop thread.
-        self._finisher = ThreadPoolExecutor(FINISHERS, thread_name_prefix="crt-done")
+        self._finisher: Finishers[_Fetch] = Finishers(FINISHERS, "crt-done")
         self._verifier = Verifier(
             make_client(config, pool=FINISHERS), src.bucket, config.source.format
         )
         # botocore resolves region and credentials as the classic backend does (source.profile,
-        # env, config files, SSO, instance roles) and refreshes temporary credentials; the CRT
-        # asks for them through a delegate on every signing. They are never logged.
+        # env, config files, SSO, instance roles) and refreshes temporary credentials, which the
+        # CRT asks for on every signing (_credential_provider). They are never logged.
         session = botocore.session.Session(profile=src.profile)
         region = src.region or session.get_config_variable("region") or DEFAULT_REGION
         self._credentials = session.get_credentials()
@@ -180,7 +181,7 @@ class CrtTransfer:
         self._endpoint = endpoint_for(
             self._bucket, src.endpoint_url, resolved, src.addressing_style
         )
-        provider = awscrt.auth.AwsCredentialsProvider.new_delegate(self._crt_credentials)
+        provider = self._credential_provider()
         self._client = awscrt.s3.S3Client(
             region=region,
             signing_config=awscrt.s3.create_default_s3_signing_config(
@@ -238,7 +239,7 @@ class CrtTransfer:
                 log.warning(
                     "%d downloads still running after %.0fs", len(self._active), SHUTDOWN_WAIT
                 )
-        self._finisher.shutdown(wait=True)
+        self._finisher.shutdown()
 
     # --- main thread --------------------------------------------------------------------------
 
@@ -280,6 +281,19 @@ class CrtTransfer:
             self._finisher.submit(self._finish, fetch)
 
     # --- CRT event-loop threads ---------------------------------------------------------------
+
+    def _credential_provider(self) -> Any:
+        """What the CRT signs with. Credentials that never change (environment, config file)
+        are handed over once; refreshable ones (instance roles, SSO, assume-role) through a
+        delegate the CRT calls on every signing, so each request gets fresh ones. The
+        delegate costs a call into Python, and the GIL, per request: per small object."""
+        credentials = self._credentials
+        if credentials is None or isinstance(credentials, RefreshableCredentials):
+            return awscrt.auth.AwsCredentialsProvider.new_delegate(self._crt_credentials)
+        frozen = credentials.get_frozen_credentials()
+        return awscrt.auth.AwsCredentialsProvider.new_static(
+            frozen.access_key, frozen.secret_key, frozen.token
+        )
 
     def _crt_credentials(self) -> Any:
         assert self._credentials is not None

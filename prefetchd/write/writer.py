@@ -52,6 +52,7 @@ from prefetchd.layout import (
     epoch_prefix,
     parse_object_name,
     parse_shard_name,
+    read_small,
     shard_name,
     writer_claim_name,
     writer_claim_prefix,
@@ -195,6 +196,7 @@ class Writer:
         self.commit = CommitState()
         self.listing: list[str] = []
         self.listed_at = 0.0
+        self.arrivals: Watch | None = None  # renames into ready/, while run() runs
         self.last_input = time.monotonic()
         self.fill_since: float | None = None  # since when fewer than output.mix are open
         self.fill_checked = 0.0
@@ -274,8 +276,7 @@ class Writer:
             if self._filling():
                 self.counters["activity"] = Activity.WAITING_TO_MIX
                 self._report()
-                self.arrivals.read(timeout=0.05)
-                self.listed_at = 0.0
+                self._wait_for_arrivals(0.05)
                 continue
             self._step()
             if self.shard is not None and (
@@ -464,8 +465,7 @@ class Writer:
             self._publish()
         self.counters["activity"] = Activity.WAITING_FOR_DOWNLOADS
         self._report()
-        self.arrivals.read(timeout=0.1)
-        self.listed_at = 0.0
+        self._wait_for_arrivals(0.1)
 
     def _epoch_exhausted(self, epoch: int | None) -> bool:
         if epoch is None or not self.layout.downloaded_marker(epoch).exists():
@@ -507,11 +507,28 @@ class Writer:
         waited = time.monotonic() - self.last_input >= IDLE_FLUSH
         return waited or self.layout.downloaded_marker(current).exists()
 
+    def _wait_for_arrivals(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for an object to be renamed into ready/; if one was,
+        list ready/ again at the next claim (these events are consumed here)."""
+        assert self.arrivals is not None
+        if self.arrivals.read(timeout=timeout):
+            self.listed_at = 0.0
+
     def _list(self, *, force: bool = False) -> None:
+        """Refresh ``listing`` (ready/, sorted) when it is stale, or used up while inotify says
+        something arrived since. Not on every claim that finds it empty: a writer that keeps up
+        with the downloader finds it so on almost every loop, and listing ready/ each time was
+        most of a writer's syscalls per small object. An event lost to an overflow still
+        lists again (an overflow is an event), a missed one after ``LISTING_MAX_AGE``."""
         now = time.monotonic()
-        if force or not self.listing or now - self.listed_at > LISTING_MAX_AGE:
+        stale = now - self.listed_at > LISTING_MAX_AGE
+        if force or stale or (not self.listing and self._arrived()):
             self.listing = sorted(os.listdir(self.layout.cache_ready))
             self.listed_at = now
+
+    def _arrived(self) -> bool:
+        """Whether anything was renamed into ready/ since the last look (always, unwatched)."""
+        return self.arrivals is None or bool(self.arrivals.read_now())
 
     def _claimed_path(self, name: str) -> Path:
         return self.layout.cache_claimed / writer_claim_name(self.index, name)
@@ -522,7 +539,7 @@ class Writer:
         parsed = parse_object_name(name)
         assert parsed is not None
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = json.loads(read_small(meta_path))
             key = meta["key"]
         except (OSError, ValueError, KeyError, TypeError):
             meta, key = {}, f"<unknown key of {name}>"

@@ -1,0 +1,192 @@
+"""Issue #12 bar 2 (small objects cost too much daemon CPU per object): what the downloader's
+publish path and a writer's claim of an object cost, counted in syscalls, with no timing.
+
+On 64-200 KiB objects the daemon's CPU per object is mostly fixed work per object, and most of
+that is syscalls and the Python around them. These tests pin the count per object, so a later
+change cannot add per-object work without someone deciding it is worth it (raise the budget
+here, with the reason, if it is).
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefetchd.config import Config, load_config
+from prefetchd.download.downloader import Downloader, EpochProgress
+from prefetchd.download.jobs import Job
+from prefetchd.download.order import SourceObject
+from prefetchd.inotify import IN_MOVED_TO, Watch
+from prefetchd.layout import TMP_SUFFIX, Layout, key_hash, object_name
+from prefetchd.supervise.child import ChildContext
+from prefetchd.write.writer import Writer
+
+OBJECTS = 20
+SIZE = 64 * 1024
+
+# Every os call that reaches the kernel on these paths (os.fdopen and pathlib's helpers end in
+# these too: os.fdopen in fstat, Path.read_text in open + fstat + read).
+COUNTED = (
+    "open",
+    "read",
+    "write",
+    "close",
+    "rename",
+    "replace",
+    "unlink",
+    "stat",
+    "lstat",
+    "fstat",
+    "listdir",
+    "scandir",
+    "fsync",
+    "link",
+    "fdopen",  # a buffered file object on an fd: fstat, lseek and a wrapper more per call
+)
+
+# Per published object: its meta (open, write, close: written in place, no temp name to
+# rename), its progress log line (one write on the log kept open), and the rename into ready/.
+PUBLISH_BUDGET = {"open": 1, "write": 2, "close": 1, "rename": 1}
+# Per claimed object (raw format): the rename out of ready/, its meta read (open, read, close),
+# the object's size checked against output.max_record_size (stat) and the object opened (its
+# one read is a file object's); ready/ is listed twice for them all (to find them, and to find
+# it empty).
+CLAIM_BUDGET = {"rename": 1, "open": 2, "read": 1, "close": 1, "stat": 1}
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    path = tmp_path / "prefetchd.yaml"
+    path.write_text(
+        "source:\n  url: s3://bucket/prefix/\n  format: raw\n"
+        f"download:\n  cache_dir: {tmp_path / 'cache'}\n"
+        f"output:\n  ram_dir: {tmp_path / 'ram'}\n  writers: 1\n  mix: 1\n"
+        f"status:\n  state_dir: {tmp_path / 'state'}\n",
+        encoding="utf-8",
+    )
+    return load_config(path)
+
+
+@pytest.fixture
+def layout(config: Config) -> Layout:
+    layout = Layout.of(config)
+    layout.create()
+    return layout
+
+
+class Syscalls:
+    """Counts the calls of each ``COUNTED`` os function while ``counting()`` is active."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: collections.Counter[str] = collections.Counter()
+        self._monkeypatch = monkeypatch
+
+    def counting(self) -> Syscalls:
+        for name in COUNTED:
+            self._monkeypatch.setattr(os, name, self._counted(name, getattr(os, name)))
+        # A file object's open is an openat too (its fstat, reads and close are not counted).
+        self._monkeypatch.setattr(builtins, "open", self._counted("open", builtins.open))
+        return self
+
+    def __enter__(self) -> Syscalls:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._monkeypatch.undo()
+
+    def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    def per(self, count: int) -> dict[str, float]:
+        return {name: n / count for name, n in sorted(self.calls.items())}
+
+
+def fetched_jobs(config: Config, layout: Layout, downloader: Downloader) -> Iterator[Job]:
+    """``OBJECTS`` jobs of epoch 0 as a transfer leaves them: bytes in ``.tmp/``, verified."""
+    downloader.epochs[0] = EpochProgress(OBJECTS, bytearray(OBJECTS), scheduled=True)
+    for seq in range(OBJECTS):
+        obj = SourceObject(f"prefix/sample-{seq:04d}.bin", SIZE, "0" * 32)
+        name = object_name(0, seq, key_hash(config.source.bucket, obj.key))
+        job = Job(0, seq, obj, name, layout.cache_tmp / (name + TMP_SUFFIX))
+        job.tmp.write_bytes(bytes([seq]) * SIZE)
+        downloader.window.reserve(name, SIZE)
+        downloader.active[name] = job
+        yield job
+
+
+def test_publishing_a_small_object_costs_five_syscalls(
+    config: Config, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    downloader = Downloader(ChildContext("downloader", config))
+    jobs = list(fetched_jobs(config, layout, downloader))
+    with Syscalls(monkeypatch).counting() as syscalls:
+        for job in jobs:  # as the transfer threads hand each one over, then the main loop
+            downloader._transfer_done(job)
+        downloader._drain_results()
+    # The user-visible outcome first: every object published once, logged, with its meta,
+    # and the epoch marked downloaded (its log closed: one open + close per epoch).
+    assert sorted(os.listdir(layout.cache_ready)) == sorted(job.name for job in jobs)
+    assert os.listdir(layout.cache_tmp) == []
+    assert downloader.counters["objects_downloaded"] == OBJECTS
+    assert json.loads((layout.cache_meta / f"{jobs[0].name}.json").read_text())["size"] == SIZE
+    assert layout.downloaded_marker(0).exists()
+    per_object = syscalls.per(OBJECTS)
+    # Once per epoch: its log opened and closed, epochs/0.downloaded checked and written.
+    epoch_end = {"open": 2, "write": 1, "close": 2, "rename": 1, "stat": 1}
+    for name, count in per_object.items():
+        budget = PUBLISH_BUDGET.get(name, 0) + epoch_end.get(name, 0) / OBJECTS
+        assert count <= budget, f"os.{name}: {count:.2f} per published object > {budget:.2f}"
+
+
+def test_claiming_a_small_object_costs_a_bounded_number_of_syscalls(
+    config: Config, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    downloader = Downloader(ChildContext("downloader", config))
+    for job in fetched_jobs(config, layout, downloader):
+        downloader._transfer_done(job)
+    downloader._drain_results()
+    writer = Writer(ChildContext("writer-0", config), 0)
+    with Syscalls(monkeypatch).counting() as syscalls:
+        opened = 0
+        while (name := writer._claim_next()) is not None:
+            writer._open(name, resume_at=0)
+            opened += 1
+    assert opened == OBJECTS  # each object claimed once, none skipped
+    assert len(os.listdir(layout.cache_claimed)) == OBJECTS
+    per_object = syscalls.per(OBJECTS)
+    for name, count in per_object.items():
+        budget = CLAIM_BUDGET.get(name, 0) + (2 / OBJECTS if name == "listdir" else 0)
+        assert count <= budget, f"os.{name}: {count:.2f} per claimed object > {budget:.2f}"
+
+
+def test_a_writer_waiting_on_an_empty_ready_dir_lists_it_only_when_something_arrives(
+    config: Config, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The regression: a writer keeping up with the downloader finds its listing empty on
+    # nearly every loop, and listed ready/ again each time (3 listings per object).
+    writer = Writer(ChildContext("writer-0", config), 0)
+    with Watch(layout.cache_ready, IN_MOVED_TO) as arrivals:
+        writer.arrivals = arrivals
+        with Syscalls(monkeypatch).counting() as syscalls:
+            for _ in range(100):
+                assert writer._claim_next() is None
+            assert syscalls.calls["listdir"] <= 1
+            downloader = Downloader(ChildContext("downloader", config))
+            for job in fetched_jobs(config, layout, downloader):
+                downloader._transfer_done(job)
+                break  # one object published
+            downloader._drain_results()
+            name = writer._claim_next()  # the arrival is seen at once, not after a timeout
+    assert name is not None
+    assert os.listdir(layout.cache_claimed) == [writer._claimed_path(name).name]
