@@ -489,17 +489,22 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
         raise
 
 
-def write_in_place(path: Path, data: bytes) -> None:
-    """Write ``data`` at ``path`` (created 0600, or truncated; never through a symlink) without
-    a temp name: only for a file no reader opens before a later step publishes it, so that a
-    crash can leave it partial only where a start-up sweep removes it (a meta before its
-    object's progress-log line). Saves write_atomic's rename, the dearest of its syscalls."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o600)
+def write_new(path: Path, data: bytes) -> bool:
+    """Create ``path`` (0600, never through a symlink) holding ``data``, without a temp name;
+    False, writing nothing, if it exists. Only for a file no reader opens before a later step
+    publishes it, so that a crash can leave it partial only where a start-up sweep removes it
+    (a meta before its object's progress-log line). Saves write_atomic's rename, the dearest
+    of its syscalls. An existing file may be open in a reader: replace it with write_atomic."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        return False
     try:
         write_all(fd, data)
     finally:
         os.close(fd)
+    return True
 
 
 def read_small(path: Path, hint: int = 4096) -> bytes:

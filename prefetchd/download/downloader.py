@@ -7,8 +7,9 @@ then published in three steps whose order makes a crash at any point safe::
     meta/<obj>.json written  ->  "P <hash>" appended to progress/e<k>.log  ->  .tmp/<obj>.part
     renamed to ready/<obj>
 
-The meta is written in place, complete before its log line; no reader opens it before the
-rename, and one a crash left partial is of an object not yet logged, which start-up deletes.
+A first meta is written without a temp name, complete before its log line; no reader opens it
+before the rename, and one a crash left partial is of an object not yet logged, which start-up
+deletes. A meta rewritten (a refetched object's) is replaced atomically.
 On start-up a ``.part`` whose hash is already in the progress log is rolled forward (renamed);
 any other ``.part`` is deleted and fetched again. Objects in the log are not fetched again,
 except one whose meta is still there while its file is gone (deleted from ``ready/`` by someone
@@ -64,7 +65,7 @@ from prefetchd.layout import (
     open_append,
     parse_object_name,
     write_atomic,
-    write_in_place,
+    write_new,
 )
 from prefetchd.logs import escape_key
 from prefetchd.supervise.child import ChildContext
@@ -621,11 +622,15 @@ class Downloader:
         }
         if job.records_ok:
             meta["records_ok"] = True  # the writer skips its read-through (writer._validate)
-        # In place, not by temp name + rename: a writer opens a meta only once its object is
-        # in ready/, which happens after this write returned (the order below), and a meta
-        # left partial by a crash belongs to an object not yet logged, which the start-up
-        # sweep removes (_recover). The rename saved is one of ~6 syscalls per object.
-        write_in_place(self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode())
+        # A first write needs no temp name + rename (one of ~6 syscalls per object): a writer
+        # opens a meta only once its object is in ready/, after this returned (the order
+        # below), and a first meta left partial by a crash belongs to an object not yet
+        # logged, which the start-up sweep removes (_recover). A meta that exists (a refetch
+        # of a logged object, rewritten once verified) is replaced atomically: a crash must
+        # not leave a logged object with a partial meta.
+        path, data = self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode()
+        if not write_new(path, data):
+            write_atomic(path, data)
 
     def _try_publish(self, job: Job) -> OSError | None:
         """Publish; a full cache disk (ENOSPC) is returned as the job's error, to be retried

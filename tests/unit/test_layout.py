@@ -26,6 +26,7 @@ from prefetchd.layout import (
     parse_shard_name,
     shard_name,
     write_atomic,
+    write_new,
     writer_claim_name,
 )
 
@@ -492,3 +493,18 @@ def test_dir_problem_reports_without_changing_anything(tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "nowhere")
     assert "symlink" in str(dir_problem(link))
+
+
+def test_write_new_creates_a_private_file_and_never_overwrites(tmp_path: Path) -> None:
+    """A first meta is written without a temp name; one that exists (a reader may hold it)
+    is left to write_atomic, and a symlink is never followed."""
+    path = tmp_path / "m.json"
+    assert write_new(path, b'{"a": 1}')
+    assert path.read_bytes() == b'{"a": 1}'
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not write_new(path, b"{}")
+    assert path.read_bytes() == b'{"a": 1}'
+    target = tmp_path / "elsewhere"
+    (tmp_path / "link.json").symlink_to(target)
+    assert not write_new(tmp_path / "link.json", b"{}")
+    assert not target.exists()
