@@ -47,7 +47,7 @@ class Event:
 
 
 class Watch:
-    """Watch one directory for ``mask`` events on the files in it."""
+    """Watch one directory (or more, ``add``) for ``mask`` events on the files in it."""
 
     def __init__(self, directory: Path, mask: int) -> None:
         fd = _libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
@@ -62,6 +62,13 @@ class Watch:
             raise OSError(err, f"inotify_add_watch {directory}: {os.strerror(err)}")
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
+
+    def add(self, directory: Path, mask: int) -> None:
+        """Watch ``directory`` too (its events come mixed with the first one's); raises
+        ``OSError`` if it cannot be watched (missing, not readable)."""
+        if _libc.inotify_add_watch(self._fd, os.fsencode(directory), mask) < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"inotify_add_watch {directory}: {os.strerror(err)}")
 
     def read(self, timeout: float | None) -> list[Event]:
         """Events that arrived, waiting up to ``timeout`` seconds (None: forever) for the first."""

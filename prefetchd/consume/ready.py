@@ -199,6 +199,7 @@ class ReadyFiles(Iterator[str]):
         waiting = False
         try:
             with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
+                _watch_epoch_ends(arrivals, layout)
                 for k in self._epochs:
                     self._epoch = k
                     prefix = epoch_prefix(k)
@@ -313,6 +314,15 @@ def _orphaned_claims(layout: Layout, prefix: str, own: str) -> bool:
         if not holds_lock(layout.consumer_lock(parsed[0])):
             return True
     return False
+
+
+def _watch_epoch_ends(arrivals: Watch, layout: Layout) -> None:
+    """Wake a waiting trainer on an epoch's ``complete`` marker too (published by rename), not
+    only on a new shard, so it sees the epoch's end at once rather than at its next poll (the
+    last ``_POLL`` of every epoch, and of a whole job of one epoch). Where the state dir cannot
+    be watched (not readable by this user) the poll still finds the marker."""
+    with contextlib.suppress(OSError):
+        arrivals.add(layout.epochs, IN_MOVED_TO)
 
 
 def _wait_for_dirs(layout: Layout, health: _DaemonHealth) -> None:

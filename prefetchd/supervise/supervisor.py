@@ -317,12 +317,18 @@ class Supervisor:
 
     def _check_epochs(self) -> None:
         """Mark epoch k complete once it is downloaded and no raw object of it is left: writers
-        delete a raw object only after the shard holding its last record is published."""
+        delete a raw object only after the shard holding its last record is published.
+
+        The full check (and the disks') runs every ``EPOCH_CHECK_INTERVAL``; in between, on every
+        tick once ``_may_be_complete``: trainers learn an epoch's end from its marker, so a
+        marker written up to a second late kept them (and a job of one epoch) waiting that long.
+        """
         now = time.monotonic()
-        if now - self._last_epoch_check < EPOCH_CHECK_INTERVAL:
+        if now - self._last_epoch_check >= EPOCH_CHECK_INTERVAL:
+            self._last_epoch_check = now
+            self._check_disks()
+        elif not self._may_be_complete(self.next_epoch):
             return
-        self._last_epoch_check = now
-        self._check_disks()
         if self.state is DaemonState.FAILED:
             return
         count = self.config.epochs.count
@@ -352,6 +358,19 @@ class Supervisor:
             self._note_deliveries()
             forget_epoch(lay, self.ledger_epoch)
             self.ledger_epoch += 1
+
+    def _may_be_complete(self, epoch: int) -> bool:
+        """A cheap first look for ``_epoch_complete``: the epoch is downloaded and no writer
+        holds an object of it (``claimed/`` holds at most ``writers x mix`` names, while
+        ``ready/`` and ``meta/`` may hold a whole window's)."""
+        if not self.layout.downloaded_marker(epoch).exists():
+            return False
+        prefix = epoch_prefix(epoch)
+        try:
+            claimed = os.listdir(self.layout.cache_claimed)
+        except FileNotFoundError:
+            return False
+        return not any((claimed_object(n) or "").startswith(prefix) for n in claimed)
 
     def _epoch_complete(self, epoch: int) -> bool:
         if not self.layout.downloaded_marker(epoch).exists():

@@ -5,7 +5,10 @@ keeps up to ``output.mix`` of them open, and writes each next record from a rand
 open object (seeded per epoch and writer) into the current shard. A shard holds records of one
 epoch only and is published when it reaches ``output.shard_size``, when its epoch has nothing
 left to give, when no input has arrived for ``IDLE_FLUSH`` seconds, or when it is
-``STARVED_FLUSH`` seconds old while no shard is ready for the trainers.
+``STARVED_FLUSH`` seconds old while no shard is ready for the trainers. A writer's first
+``FIRST_SHARDS`` shards of a run go out at once while no shard is ready, after the step that
+wrote them, and it draws them from the objects it has: the trainers' first batch waits on them
+(``prefetchd.tf.dataset`` opens four shards before it gives a record).
 
 Memory: each open object holds its current batch (and, in the block shuffle, what it keeps between
 batches); normally at most ``normal_hold`` bytes (twice its shuffle block plus two input
@@ -82,7 +85,8 @@ from prefetchd.write.shuffle import Holding
 log = logging.getLogger(__name__)
 
 IDLE_FLUSH = 0.5  # seconds without input before a partial shard is published
-STARVED_FLUSH = 0.5  # age of a partial shard published early while ready/ is empty
+STARVED_FLUSH = 0.2  # age of a partial shard published early while ready/ is empty
+FIRST_SHARDS = 2  # shards a writer publishes at once while ready/ is empty, once per start
 FILL_WAIT = 0.5  # seconds a writer waits for output.mix open objects before drawing anyway
 STARVED_FILL = 0.25  # ... or this long while no shard is ready for the trainers
 FILL_CHECK = 0.05  # how often a writer with fewer than output.mix objects re-checks the above
@@ -202,6 +206,7 @@ class Writer:
         self.fill_checked = 0.0
         self.fill_wait = True
         self.shard_checked = 0.0  # when _trainers_starved last looked (or the shard opened)
+        self.published = 0  # shards this process published (the first FIRST_SHARDS go early)
         self.counters = ctx.counters = WriterCounters(
             records_written=0,
             shards_written=0,
@@ -402,16 +407,28 @@ class Writer:
         obj.frames, obj.cursor = frames, 0
 
     def _trainers_starved(self) -> bool:
-        """True when the current shard is STARVED_FLUSH old and no shard is ready for trainers.
+        """True when the current shard is STARVED_FLUSH old (any age while ``_starting``) and
+        no shard is ready for trainers.
 
         Input that trickles in (slow store, small objects) would otherwise fill a shard of
         ``shard_size`` for a long time while trainers wait: the time to the first batch was
-        ``shard_size`` / download rate. Checked at most every STARVED_FLUSH seconds."""
+        ``shard_size`` / download rate. Checked at most every STARVED_FLUSH seconds, but on
+        every step while ``_starting``."""
         now = time.monotonic()
-        if now - self.shard_checked < STARVED_FLUSH:
+        if not self._starting() and now - self.shard_checked < STARVED_FLUSH:
             return False
         self.shard_checked = now
         return self._ready_empty()
+
+    def _starting(self) -> bool:
+        """Whether this process has yet to publish its first ``FIRST_SHARDS`` shards.
+
+        Until then a waiting trainer gets what is written at once: at start-up the trainers'
+        first batch waits for the first shard of every writer (and ``prefetchd.tf.dataset``
+        for four shards), and a shard that waits to fill or to mix delays it by that wait
+        (0.25 s to fill plus 0.5 s to age cost 0.75 s of a 2-3 s first batch behind a paced
+        network). Later shards mix and age as usual."""
+        return self.published < FIRST_SHARDS
 
     def _ready_empty(self) -> bool:
         try:
@@ -425,9 +442,10 @@ class Writer:
         objects, so while downloads trail the writers, drawing at once would mix few. A writer
         draws once ``output.mix`` objects are open, its epoch has nothing more to download,
         ``FILL_WAIT`` seconds passed without a new object (e.g. the window is full), or it has
-        had fewer than ``mix`` objects for ``STARVED_FILL`` while no shard is ready for the
-        trainers: better mixing is worth nothing to a trainer with nothing to read (at start-up
-        with two writers and ``mix`` 8 it would wait for the first 16 objects). The file-system
+        had fewer than ``mix`` objects for ``STARVED_FILL`` (no time at all while ``_starting``)
+        while no shard is ready for the trainers: better mixing is worth nothing to a trainer
+        with nothing to read (at start-up with two writers and ``mix`` 8 it would wait for the
+        first 16 objects; objects that arrive later join the mix). The file-system
         checks run at most every ``FILL_CHECK`` seconds, not per record. Nor does it wait while
         an object holds a large batch: no other object is opened until that one is written."""
         if len(self.open) >= self.config.output.mix or self._over_share():
@@ -439,9 +457,10 @@ class Writer:
         elif now - self.fill_checked < FILL_CHECK:
             return self.fill_wait
         self.fill_checked = now
+        starved_for = 0.0 if self._starting() else STARVED_FILL
         self.fill_wait = not (
             now - self.last_input >= FILL_WAIT
-            or (now - self.fill_since >= STARVED_FILL and self._ready_empty())
+            or (now - self.fill_since >= starved_for and self._ready_empty())
             or self.layout.downloaded_marker(self.open[0].epoch).exists()
         )
         return self.fill_wait
@@ -456,10 +475,12 @@ class Writer:
             self.last_input = time.monotonic()
 
     def _idle(self) -> None:
-        """Nothing open: publish a partial shard if its epoch is over or input dried up."""
+        """Nothing open: publish a partial shard if its epoch is over, input dried up, or the
+        trainers wait for it (``_trainers_starved``)."""
         if self.shard is not None and self.shard.records:
             epoch_over = self._epoch_exhausted(self.shard_epoch)
-            if epoch_over or time.monotonic() - self.last_input >= IDLE_FLUSH:
+            dried_up = time.monotonic() - self.last_input >= IDLE_FLUSH
+            if epoch_over or dried_up or self._trainers_starved():
                 self._publish()
         elif self.finished:
             self._publish()
@@ -679,6 +700,7 @@ class Writer:
             self.counters["bytes_written"] += shard.size
             self.counters["shards_written"] += 1
             self.commit.counter += 1
+            self.published += 1
         for obj in self.finished:
             self._delete_raw(obj.name)
         self.finished.clear()
