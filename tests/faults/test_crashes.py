@@ -42,10 +42,19 @@ def test_sigkilled_downloader_is_restarted_and_nothing_is_lost_or_doubled(
     run_daemon: Callable[..., Any],
 ) -> None:
     dataset = upload("tfrecord", SIZES, seed=21)
-    config = write_config(tmp_path, download__window="2MiB", download__concurrency=2)
+    # Small shards, a small RAM budget and a slow trainer hold the downloader back on its
+    # window, so the kill lands while it still has objects to fetch (with a fast pipeline
+    # both epochs were downloaded within the status interval, before the kill).
+    config = write_config(
+        tmp_path,
+        download__window="2MiB",
+        download__concurrency=2,
+        output__shard_size="128KiB",
+        output__ram_budget="1MiB",
+    )
     daemon = run_daemon(config)
     out = tmp_path / "t.json"
-    reader = start_reader(config, out, "--delay", "0.05")
+    reader = start_reader(config, out, "--delay", "0.1")
     status = wait_status(config, lambda s: s["objects_downloaded"] >= 2, 60, "the first downloads")
     os.kill(status["children"]["downloader"]["pid"], signal.SIGKILL)
     result = finish_reader(reader, out)

@@ -163,3 +163,6 @@ class NoArrivals:
 
     def read(self, timeout: float) -> list[object]:
         return []
+
+    def read_now(self) -> list[object]:
+        return []
