@@ -740,12 +740,16 @@ class Writer:
 
         Trainers read epochs in order. If shards of epoch k+1 could fill the RAM budget while a
         writer still holds records of epoch k, epoch k could never finish and no trainer would
-        ever free the budget. So only the oldest incomplete epoch may use the last
-        ``writers x chunk`` bytes.
+        ever free the budget. So a later epoch leaves half the budget (at least
+        ``writers x chunk``) to the oldest incomplete one: its trainers may hold several of its
+        shards at once — a resumable stream keeps those its last checkpoint covers until the
+        next ``position()``, three when it checkpoints every two shards — and its writers need
+        room besides for the shard they wait for. With only ``writers x chunk`` left to it, such
+        a trainer waited for ever (tests/unit/write/test_ram_headroom.py).
         """
         if self.shard_epoch is None or self.shard_epoch <= self._oldest_incomplete():
             return 0
-        return self.config.output.writers * self.budget.chunk
+        return max(self.config.output.writers * self.budget.chunk, self.budget.budget // 2)
 
     def _oldest_incomplete(self) -> int:
         """The lowest epoch without its ``complete`` marker (markers only ever appear)."""
