@@ -35,8 +35,11 @@ class Window:
     held: dict[str, int] = field(default_factory=dict)
     used: int = 0
 
-    def fits(self, size: int) -> bool:
-        return self.used + size <= self.limit or self.used == 0
+    def fits(self, size: int, name: str | None = None) -> bool:
+        """Whether ``size`` more bytes fit; a reservation ``name`` already holds counts as free
+        (an object fetched again keeps its room, perhaps at a new size)."""
+        used = self.used - self.held.get(name, 0) if name is not None else self.used
+        return used + size <= self.limit or used == 0
 
     def reserve(self, name: str, size: int) -> None:
         self.release(name)

@@ -16,6 +16,8 @@ except one whose meta is still there while its file is gone (deleted from ``read
 else, before any writer read it; writers delete the meta first): that one is fetched again under
 the same name and counted in ``objects_refetched``, at start-up and while running alike.
 When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
+An object to be fetched again keeps its room in the window until it is published or skipped
+(``_discard``): the next epoch's objects, which writers leave alone until then, must not take it.
 
 With ``download.keep`` (``keeper.py``), an object whose verified copy is kept goes the same way
 without a GET: the kept file is hard-linked at ``.tmp/<obj>.part`` and published as above. Such
@@ -384,11 +386,12 @@ class Downloader:
             if current.fd < 0 and current.next_part == 0:
                 served = self._serve_kept(current)
                 if served is not False:
-                    current = None if served else current
+                    current = None if served else self._prefer_held_retry(current, now)
                     continue
-                if not self.window.fits(current.obj.size):
+                if not self.window.fits(current.obj.size, current.name):
                     self._apply_deletions(timeout=0)  # not yet read: maybe room was freed
-                if not self.window.fits(current.obj.size):
+                if not self.window.fits(current.obj.size, current.name):
+                    current = self._prefer_held_retry(current, now)
                     self.counters["activity"] = Activity.WAITING_FOR_WINDOW
                     self._wait(0.05)
                     continue
@@ -399,6 +402,17 @@ class Downloader:
             if self.transfer.submit_parts(current, timeout=0.05):
                 current = None
             self._report()
+
+    def _prefer_held_retry(self, waiting: Job, now: float) -> Job:
+        """A job that waits for room gives way to a due retry that still holds its own room: a
+        later object, perhaps of the next epoch, must never wait in front of an earlier one
+        whose room is kept for it (``_discard``), or neither would ever start. The job put back
+        is taken again as a retry due now, before any new job."""
+        for i, (due, job) in enumerate(self.retry_queue):
+            if due <= now and job.name in self.window.held:
+                self.retry_queue[i] = (now, waiting)
+                return job
+        return waiting
 
     def _wait(self, timeout: float) -> None:
         try:
@@ -451,7 +465,7 @@ class Downloader:
         obj = self.share[order[seq]]
         job = Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
         self._write_meta(job)
-        self.window.release(name)
+        # its room in the window stays reserved for the new copy (see _discard)
         log.warning(
             "%s (s3://%s/%s) vanished from ready/ before a writer read it; fetching it again",
             name,
@@ -462,7 +476,11 @@ class Downloader:
         self._retry(job, delay=0.0, count_attempt=False)
 
     def _in_flight_sizes(self) -> dict[str, int]:
-        return {name: job.obj.size for name, job in self.active.items()}
+        """The room of the jobs being fetched and of the retries that keep theirs."""
+        held = {
+            job.name: job.obj.size for _, job in self.retry_queue if job.name in self.window.held
+        }
+        return {**held, **{name: job.obj.size for name, job in self.active.items()}}
 
     def _drain_results(self) -> None:
         while True:
@@ -659,6 +677,7 @@ class Downloader:
         self._mark_done(job)
 
     def _skip(self, job: Job, reason: str) -> None:
+        self.window.release(job.name)  # given up: the room it kept for a retry (_discard)
         key = escape_key(job.obj.key)
         log.error("skipping s3://%s/%s: %s", self.config.source.bucket, key, reason)
         self.ctx.error(job.obj.key, reason)
@@ -668,7 +687,10 @@ class Downloader:
         self._mark_done(job)
 
     def _discard(self, job: Job) -> None:
-        self.window.release(job.name)
+        """Remove what a failed fetch left. Its room in the window stays reserved until the
+        object is published or skipped: a retry that gave it up could find the window full of
+        later objects — of the next epoch, which writers hold until this one ends — and wait
+        for ever (the soak's stall)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(job.tmp)
         if job.name in self.meta_written:  # written early by _transfer_done, now not wanted

@@ -505,8 +505,8 @@ class Writer:
                 continue
             epoch = parsed[0]
             current = self.open[0].epoch if self.open else self.shard_epoch
-            if current is not None and epoch != current:
-                if self.open or self.finished or not self._may_switch(epoch):
+            if epoch != current:
+                if self.open or self.finished or not self._may_switch(name, epoch):
                     return None  # finish this epoch's shard before starting another
                 self._publish()
                 self.shard_epoch = None
@@ -521,12 +521,33 @@ class Writer:
             return name
         return None
 
-    def _may_switch(self, epoch: int) -> bool:
-        current = self.shard_epoch
-        if current is None or epoch < current:
+    def _may_switch(self, name: str, epoch: int) -> bool:
+        """Whether this writer, with nothing open, may take ``name``, an object of ``epoch``:
+        one of an earlier epoch than its shard's at once; one of a later epoch than the oldest
+        incomplete only once every epoch before it is downloaded (``epochs/<k>.downloaded``),
+        so that no object of those can still arrive.
+
+        Trainers read epochs in order. A writer that took a later epoch's objects early filled
+        the RAM budget with shards no trainer could read yet, then waited inside the budget
+        holding them; an object of the earlier epoch that arrived after (fetched again after a
+        fault or a restart) found no writer to take it, the epoch never ended and nothing ever
+        freed the budget (the soak's stall). Once every earlier epoch is downloaded, its
+        objects are all in ``ready/`` or claimed, and writers take them first (``ready/`` is
+        listed in name order, epoch first), within the room ``_headroom`` keeps for them."""
+        if self.shard_epoch is not None and epoch < self.shard_epoch:
             return True
-        waited = time.monotonic() - self.last_input >= IDLE_FLUSH
-        return waited or self.layout.downloaded_marker(current).exists()
+        if epoch <= self.oldest_epoch:
+            return True  # no earlier epoch can be incomplete: no need to look at the markers
+        oldest = self._oldest_incomplete()
+        if epoch <= oldest:
+            return True
+        downloaded = self.layout.downloaded_marker
+        if not all(downloaded(k).exists() for k in range(oldest, epoch)):
+            return False
+        # The listing ``name`` came from may predate the last of those markers: list again,
+        # so that an object of an earlier epoch that arrived just before it is taken first.
+        self._list(force=True)
+        return bool(self.listing) and self.listing[0] == name
 
     def _wait_for_arrivals(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for an object to be renamed into ready/; if one was,
@@ -719,14 +740,22 @@ class Writer:
 
         Trainers read epochs in order. If shards of epoch k+1 could fill the RAM budget while a
         writer still holds records of epoch k, epoch k could never finish and no trainer would
-        ever free the budget. So only the oldest incomplete epoch may use the last
-        ``writers x chunk`` bytes.
+        ever free the budget. So a later epoch leaves half the budget (at least
+        ``writers x chunk``) to the oldest incomplete one: its trainers may hold several of its
+        shards at once — a resumable stream keeps those its last checkpoint covers until the
+        next ``position()``, three when it checkpoints every two shards — and its writers need
+        room besides for the shard they wait for. With only ``writers x chunk`` left to it, such
+        a trainer waited for ever (tests/unit/write/test_ram_headroom.py).
         """
+        if self.shard_epoch is None or self.shard_epoch <= self._oldest_incomplete():
+            return 0
+        return max(self.config.output.writers * self.budget.chunk, self.budget.budget // 2)
+
+    def _oldest_incomplete(self) -> int:
+        """The lowest epoch without its ``complete`` marker (markers only ever appear)."""
         while self.layout.complete_marker(self.oldest_epoch).exists():
             self.oldest_epoch += 1
-        if self.shard_epoch is None or self.shard_epoch <= self.oldest_epoch:
-            return 0
-        return self.config.output.writers * self.budget.chunk
+        return self.oldest_epoch
 
     def _waiting_for_ram(self) -> bool:
         """Called while blocked on the RAM budget: stay visibly alive; say whether to stop."""

@@ -1,0 +1,161 @@
+"""Regression (the soak's stall): a writer takes no object of a later epoch while an earlier
+epoch can still bring objects (it is not yet downloaded).
+
+Trainers read epochs in order. Writers that took the next epoch's objects early (a writer just
+restarted took whatever came first; others after 0.5 s without input) filled the RAM budget
+with shards no trainer could read yet and then waited inside the budget, holding those objects.
+The earlier epoch's last object, fetched again after a fault, arrived after that: no writer
+took it, the epoch never ended, nothing freed the budget, and the trainer gave up ("no new shard
+of epoch 0 for 120 s"). Driven step by step on a fake clock: decisions, never timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from prefetchd.config import Config, config_from_dict
+from prefetchd.inotify import IN_MOVED_TO, Watch
+from prefetchd.layout import Layout, key_hash, object_name
+from prefetchd.supervise.child import ChildContext
+from prefetchd.write import writer as writer_module
+from prefetchd.write.writer import IDLE_FLUSH, Writer
+
+BUCKET = "bucket"
+
+
+class FakeClock:
+    """``time.monotonic`` for the writer module: it moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(writer_module, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    config = config_from_dict(
+        {
+            "source": {"url": f"s3://{BUCKET}/", "format": "lines"},
+            "epochs": {"count": 2, "seed": 1},
+            "download": {"cache_dir": str(tmp_path / "cache")},
+            "output": {
+                "ram_dir": str(tmp_path / "ram"),
+                "ram_budget": "64MiB",
+                "shard_size": "1MiB",
+                "writers": 2,
+                "mix": 4,
+            },
+            "status": {"state_dir": str(tmp_path / "state")},
+        }
+    )
+    Layout.of(config).create()
+    return config
+
+
+def arrive(config: Config, epoch: int, seq: int) -> str:
+    """The downloader publishes object ``seq`` of ``epoch`` (a few JSON lines) into ready/,
+    by rename as it does (writers learn of it from inotify)."""
+    layout = Layout.of(config)
+    key = f"d/{seq:04d}.jsonl"
+    name = object_name(epoch, seq, key_hash(BUCKET, key))
+    (layout.cache_meta / f"{name}.json").write_text(json.dumps({"key": key}))
+    body = b"".join(b'{"e": %d, "o": %d, "i": %d}\n' % (epoch, seq, i) for i in range(50))
+    (layout.cache_tmp / name).write_bytes(body)
+    os.rename(layout.cache_tmp / name, layout.cache_ready / name)
+    return name
+
+
+def downloaded(config: Config, epoch: int) -> None:
+    Layout.of(config).downloaded_marker(epoch).write_text("{}")
+
+
+@pytest.fixture
+def writer(config: Config) -> Iterator[Writer]:
+    """Writer 0 after its start-up, watching ready/ for arrivals as its ``run()`` does."""
+    writer = Writer(ChildContext("writer-0", config), 0)
+    writer._recover()
+    with Watch(Layout.of(config).cache_ready, IN_MOVED_TO) as arrivals:
+        writer.arrivals = arrivals
+        yield writer
+
+
+def turn(writer: Writer) -> None:
+    """One turn of the writer's loop with nothing open: note arrivals, open what it may."""
+    writer._wait_for_arrivals(0)
+    writer._refill()
+
+
+def open_epochs(writer: Writer) -> list[int]:
+    return [obj.epoch for obj in writer.open]
+
+
+def write_all(writer: Writer) -> None:
+    """Turns of the writer's loop until its open objects are drained, then publish."""
+    for _ in range(100):
+        if not writer.open:
+            writer._publish()
+            return
+        writer._step()
+    raise AssertionError("100 steps did not drain a few small objects")
+
+
+def test_a_restarted_writer_waits_for_the_earlier_epoch_instead_of_taking_the_next(
+    config: Config, writer: Writer, clock: FakeClock
+) -> None:
+    later = arrive(config, 1, 0)
+    turn(writer)
+    assert writer.open == [], "epoch 0 is not downloaded: its objects may still arrive"
+    assert (Layout.of(config).cache_ready / later).exists()
+    clock.now += 10 * IDLE_FLUSH
+    turn(writer)
+    assert writer.open == [], "waiting longer changes nothing"
+    arrive(config, 0, 1)  # epoch 0's last object, fetched again after a fault
+    turn(writer)
+    assert open_epochs(writer) == [0], "the late object of epoch 0 is taken at once"
+
+
+def test_a_writer_moves_on_only_once_the_epoch_is_downloaded(
+    config: Config, writer: Writer, clock: FakeClock
+) -> None:
+    arrive(config, 0, 0)
+    arrive(config, 1, 0)
+    turn(writer)
+    assert open_epochs(writer) == [0]
+    write_all(writer)
+    clock.now += 10 * IDLE_FLUSH  # input dried up: it used to move on to epoch 1 here
+    turn(writer)
+    assert writer.open == [], "epoch 0 can still bring an object: no shard of epoch 1 yet"
+    downloaded(config, 0)
+    turn(writer)
+    assert open_epochs(writer) == [1], "epoch 0 downloaded: its objects are all in hand"
+
+
+def test_an_earlier_object_listed_after_the_marker_goes_first(
+    config: Config, writer: Writer, clock: FakeClock
+) -> None:
+    """The listing a writer chose from may predate the earlier epoch's last object and its
+    ``downloaded`` marker (the arrival not yet read from inotify): it looks again before it
+    moves on, and takes the earlier object."""
+    arrive(config, 1, 0)
+    turn(writer)  # lists ready/: only epoch 1's object, and epoch 0 not downloaded
+    assert writer.open == []
+    arrive(config, 0, 1)
+    downloaded(config, 0)
+    writer._refill()  # chooses from the old listing: epoch 1's object
+    assert writer.open == [], "it looked again and found epoch 0's object first"
+    writer._refill()
+    assert open_epochs(writer) == [0]
