@@ -360,35 +360,29 @@ class Supervisor:
             self.ledger_epoch += 1
 
     def _may_be_complete(self, epoch: int) -> bool:
-        """A cheap first look for ``_epoch_complete``: the epoch is downloaded and no writer
-        holds an object of it (``claimed/`` holds at most ``writers x mix`` names, while
-        ``ready/`` and ``meta/`` may hold a whole window's)."""
+        """The cheap half of ``_epoch_complete``: the epoch is downloaded and no writer holds an
+        object of it (``claimed/`` holds at most ``writers x mix`` names, while ``ready/`` and
+        ``meta/`` may hold a whole window's)."""
         if not self.layout.downloaded_marker(epoch).exists():
             return False
         prefix = epoch_prefix(epoch)
         try:
             claimed = os.listdir(self.layout.cache_claimed)
         except FileNotFoundError:
-            return False
+            return False  # the cache was emptied: _check_disks fails the daemon with the reason
         return not any((claimed_object(n) or "").startswith(prefix) for n in claimed)
 
     def _epoch_complete(self, epoch: int) -> bool:
-        if not self.layout.downloaded_marker(epoch).exists():
+        if not self._may_be_complete(epoch):
             return False
         prefix = epoch_prefix(epoch)
-        lay = self.layout
         try:
-            ready, meta = os.listdir(lay.cache_ready), os.listdir(lay.cache_meta)
-            claimed = os.listdir(lay.cache_claimed)
+            ready, meta = os.listdir(self.layout.cache_ready), os.listdir(self.layout.cache_meta)
         except FileNotFoundError:
-            return False  # the cache was emptied: _check_disks fails the daemon with the reason
-        if any(n.startswith(prefix) for n in ready):
             return False
         # An object's meta goes only once its records are in shards (or it was skipped): one
         # deleted from ready/ under us is still owed, and the downloader fetches it again.
-        if any(n.startswith(prefix) for n in meta):
-            return False
-        return not any((claimed_object(n) or "").startswith(prefix) for n in claimed)
+        return not any(n.startswith(prefix) for n in (*ready, *meta))
 
     def _return_orphaned_claims(self, *, force: bool = False) -> None:
         """Shards claimed by a trainer process that died go back to ``ready/``."""

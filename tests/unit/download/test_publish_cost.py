@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from prefetchd.config import Config, load_config
+from prefetchd.config import Config
 from prefetchd.download.downloader import Downloader, EpochProgress
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
@@ -27,6 +27,7 @@ from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import TMP_SUFFIX, Layout, key_hash, object_name
 from prefetchd.supervise.child import ChildContext
 from prefetchd.write.writer import Writer
+from tests.unit.configs import unit_config
 
 OBJECTS = 20
 SIZE = 64 * 1024
@@ -63,15 +64,7 @@ CLAIM_BUDGET = {"rename": 1, "open": 2, "read": 1, "close": 1, "stat": 1}
 
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    path = tmp_path / "prefetchd.yaml"
-    path.write_text(
-        "source:\n  url: s3://bucket/prefix/\n  format: raw\n"
-        f"download:\n  cache_dir: {tmp_path / 'cache'}\n"
-        f"output:\n  ram_dir: {tmp_path / 'ram'}\n  writers: 1\n  mix: 1\n"
-        f"status:\n  state_dir: {tmp_path / 'state'}\n",
-        encoding="utf-8",
-    )
-    return load_config(path)
+    return unit_config(tmp_path, source={"format": "raw"}, output={"writers": 1, "mix": 1})
 
 
 @pytest.fixture

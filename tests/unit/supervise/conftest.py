@@ -7,21 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from prefetchd.config import Config, load_config
+from prefetchd.config import Config
 from prefetchd.layout import Layout
+from tests.unit.configs import unit_config
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    path = tmp_path / "prefetchd.yaml"
-    path.write_text(
-        "source:\n  url: s3://bucket/prefix/\n"
-        f"download:\n  cache_dir: {tmp_path / 'cache'}\n"
-        f"output:\n  ram_dir: {tmp_path / 'ram'}\n"
-        f"status:\n  state_dir: {tmp_path / 'state'}\n",
-        encoding="utf-8",
-    )
-    return load_config(path)
+    return unit_config(tmp_path)
 
 
 @pytest.fixture

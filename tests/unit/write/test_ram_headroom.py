@@ -13,19 +13,18 @@ wait for room raises ``Interrupted`` (its stop flag is set), so nothing blocks: 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from prefetchd.budget import Interrupted
-from prefetchd.config import Config, config_from_dict
-from prefetchd.layout import Layout, claim_name, key_hash, object_name
+from prefetchd.config import Config
+from prefetchd.layout import Layout, claim_name
 from prefetchd.supervise.child import ChildContext
 from prefetchd.write.writer import Writer
+from tests.unit.write.writerkit import lines_config, publish
 
-BUCKET = "bucket"
 KIB = 1024
 SHARD = 128 * KIB
 BUDGET = 1024 * KIB
@@ -34,34 +33,13 @@ TRAINER = "4242x0000abcd"  # a claim owner, as ready_files() names them
 
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    config = config_from_dict(
-        {
-            "source": {"url": f"s3://{BUCKET}/", "format": "lines"},
-            "epochs": {"count": 2, "seed": 1},
-            "download": {"cache_dir": str(tmp_path / "cache")},
-            "output": {
-                "ram_dir": str(tmp_path / "ram"),
-                "ram_budget": BUDGET,
-                "shard_size": SHARD,
-                "writers": 2,
-                "mix": 2,
-            },
-            "status": {"state_dir": str(tmp_path / "state")},
-        }
-    )
-    Layout.of(config).create()
-    return config
+    output = {"ram_budget": BUDGET, "shard_size": SHARD, "writers": 2, "mix": 2}
+    return lines_config(tmp_path, epochs={"count": 2, "seed": 1}, output=output)
 
 
 def arrive(config: Config, epoch: int, seq: int) -> None:
     """Object ``seq`` of ``epoch``: 1,000 lines of 1 KiB, published into ready/."""
-    layout = Layout.of(config)
-    key = f"d/{seq:04d}.jsonl"
-    name = object_name(epoch, seq, key_hash(BUCKET, key))
-    (layout.cache_meta / f"{name}.json").write_text(json.dumps({"key": key}))
-    line = b'{"pad": "%s"}\n' % (b"x" * 1000)
-    (layout.cache_tmp / name).write_bytes(line * 1000)
-    os.rename(layout.cache_tmp / name, layout.cache_ready / name)
+    publish(config, epoch, seq, b'{"pad": "%s"}\n' % (b"x" * 1000) * 1000)
 
 
 def stopping_writer(config: Config, index: int) -> Writer:

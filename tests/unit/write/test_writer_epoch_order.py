@@ -11,72 +11,29 @@ of epoch 0 for 120 s"). Driven step by step on a fake clock: decisions, never ti
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from prefetchd.config import Config, config_from_dict
+from prefetchd.config import Config
 from prefetchd.inotify import IN_MOVED_TO, Watch
-from prefetchd.layout import Layout, key_hash, object_name
+from prefetchd.layout import Layout
 from prefetchd.supervise.child import ChildContext
-from prefetchd.write import writer as writer_module
 from prefetchd.write.writer import IDLE_FLUSH, Writer
-
-BUCKET = "bucket"
-
-
-class FakeClock:
-    """``time.monotonic`` for the writer module: it moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(writer_module, "time", fake)
-    return fake
+from tests.unit.write.writerkit import FakeClock, lines_config, publish
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    config = config_from_dict(
-        {
-            "source": {"url": f"s3://{BUCKET}/", "format": "lines"},
-            "epochs": {"count": 2, "seed": 1},
-            "download": {"cache_dir": str(tmp_path / "cache")},
-            "output": {
-                "ram_dir": str(tmp_path / "ram"),
-                "ram_budget": "64MiB",
-                "shard_size": "1MiB",
-                "writers": 2,
-                "mix": 4,
-            },
-            "status": {"state_dir": str(tmp_path / "state")},
-        }
-    )
-    Layout.of(config).create()
-    return config
+    output = {"ram_budget": "64MiB", "shard_size": "1MiB", "writers": 2, "mix": 4}
+    return lines_config(tmp_path, epochs={"count": 2, "seed": 1}, output=output)
 
 
 def arrive(config: Config, epoch: int, seq: int) -> str:
-    """The downloader publishes object ``seq`` of ``epoch`` (a few JSON lines) into ready/,
-    by rename as it does (writers learn of it from inotify)."""
-    layout = Layout.of(config)
-    key = f"d/{seq:04d}.jsonl"
-    name = object_name(epoch, seq, key_hash(BUCKET, key))
-    (layout.cache_meta / f"{name}.json").write_text(json.dumps({"key": key}))
+    """The downloader publishes object ``seq`` of ``epoch`` (a few JSON lines) into ready/."""
     body = b"".join(b'{"e": %d, "o": %d, "i": %d}\n' % (epoch, seq, i) for i in range(50))
-    (layout.cache_tmp / name).write_bytes(body)
-    os.rename(layout.cache_tmp / name, layout.cache_ready / name)
-    return name
+    return publish(config, epoch, seq, body)
 
 
 def downloaded(config: Config, epoch: int) -> None:

@@ -5,69 +5,30 @@ step on a fake clock: the decisions are counted, never timed."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from pathlib import Path
 
-import pytest
-
-from prefetchd.config import Config, config_from_dict
-from prefetchd.layout import Layout, key_hash, object_name
+from prefetchd.config import Config
+from prefetchd.layout import Layout
 from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import read_records
-from prefetchd.write import writer as writer_module
 from prefetchd.write.writer import FIRST_SHARDS, STARVED_FILL, STARVED_FLUSH, Writer
+from tests.unit.write.writerkit import FakeClock, lines_config, publish
 
-BUCKET = "bucket"
 LINES = 8000  # ~3.4 MiB per object: several steps (STEP_BYTES) each
-
-
-class FakeClock:
-    """``time.monotonic`` for the writer module: it moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(writer_module, "time", fake)
-    return fake
 
 
 def prepare(root: Path, objects: int, *, lines: int = LINES) -> Config:
     """``objects`` JSONL objects of ``lines`` lines in the cache, a writer config with mix 4
     and shards far larger than the input (only the early-publish rules can cut a shard)."""
-    config = config_from_dict(
-        {
-            "source": {"url": f"s3://{BUCKET}/", "format": "lines"},
-            "epochs": {"count": 1, "seed": 1, "shuffle": True},
-            "download": {"cache_dir": str(root / "cache")},
-            "output": {
-                "ram_dir": str(root / "ram"),
-                "ram_budget": "256MiB",
-                "shard_size": "64MiB",
-                "writers": 1,
-                "mix": 4,
-            },
-            "status": {"state_dir": str(root / "state")},
-        }
-    )
-    layout = Layout.of(config)
-    layout.create()
+    output = {"ram_budget": "256MiB", "shard_size": "64MiB", "writers": 1, "mix": 4}
+    config = lines_config(root, epochs={"count": 1, "seed": 1, "shuffle": True}, output=output)
     rng = random.Random(objects)
     for seq in range(objects):
-        key = f"d/{seq:04d}.jsonl"
-        name = object_name(0, seq, key_hash(BUCKET, key))
-        (layout.cache_meta / f"{name}.json").write_text(json.dumps({"key": key}))
         body = b"".join(b'{"o": %d, "i": %d, "pad": "%s"}\n' % (seq, i, b"x" * rng.randrange(800))
                         for i in range(lines))  # fmt: skip
-        (layout.cache_ready / name).write_bytes(body)
+        publish(config, 0, seq, body)
     return config
 
 
