@@ -22,6 +22,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -449,10 +450,18 @@ class ShardReleaser:
     with read shards. A trainer that asks for more before opening a shard it got, which
     another process happened to open and close just then, could find it gone (its open
     fails loudly): the one window left, documented in docs/reliability.md.
+
+    A releaser belongs to the process that made it. A forked child (a DataLoader worker)
+    inherits its parent's releasers, perhaps with a lock held by a parent thread that does not
+    exist in the child; code of the parent running on there (a leaked ``records()`` stream
+    closed by the child's garbage collector) must neither wait for it for ever nor read the
+    parent's watch or touch its claims: ``_detach_after_fork`` gives them fresh locks and no
+    claims, and their watch and lock file are left alone (``_foreign``).
     """
 
     _instances: ClassVar[dict[Path, ShardReleaser]] = {}
     _instances_lock: ClassVar[threading.Lock] = threading.Lock()
+    _every: ClassVar[weakref.WeakSet[ShardReleaser]] = weakref.WeakSet()
 
     @classmethod
     def for_layout(cls, layout: Layout) -> ShardReleaser:
@@ -488,6 +497,22 @@ class ShardReleaser:
         self._thread = threading.Thread(target=self._run, name="prefetchd-releaser", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
+        ShardReleaser._every.add(self)
+
+    @classmethod
+    def _detach_after_fork(cls) -> None:
+        """In a forked child: every inherited releaser is the parent's (see the class)."""
+        cls._instances_lock = threading.Lock()
+        cls._instances.clear()
+        for releaser in list(cls._every):
+            releaser._lock = threading.Lock()
+            releaser._opens.clear()
+            releaser._order.clear()
+            releaser._retained.clear()
+
+    def _foreign(self) -> bool:
+        """Whether this releaser is another process's (inherited by a fork)."""
+        return os.getpid() != self.pid
 
     def begin_wait(self, waiting: bool) -> bool:
         """One ``ready_files()`` iterator waits for a shard (called on every poll while it
@@ -526,6 +551,8 @@ class ShardReleaser:
     def _write_stats(self) -> None:
         """Publish the wait figures in our lock file, rewritten in place (fixed width, so a
         reader never sees a shorter record's leftovers)."""
+        if self._foreign():
+            return
         data = self._stats.encode()
         try:
             os.pwrite(self._alive_fd, data, 0)
@@ -534,6 +561,8 @@ class ShardReleaser:
 
     def track(self, name: str, *, retain: bool = False) -> None:
         """Watch a claim; ``retain``: keep it once read (its stream frees it)."""
+        if self._foreign():
+            return
         with self._lock:
             self._opens[name] = _UNREAD
             self._order[name] = next(self._claims)
@@ -569,6 +598,8 @@ class ShardReleaser:
 
     def flush(self) -> None:
         """Apply the events that already arrived (at exit, so finished shards are not left)."""
+        if self._foreign():
+            return  # the parent's watch: its events are the parent's to read
         with self._lock:
             if not self._watch.closed:
                 self._apply(self._watch.read_now())
@@ -654,3 +685,6 @@ class ShardReleaser:
             elif state == _READING:
                 self._release(name)
         self._settle_doubtful(held)
+
+
+os.register_at_fork(after_in_child=ShardReleaser._detach_after_fork)

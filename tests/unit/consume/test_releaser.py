@@ -174,3 +174,37 @@ def test_the_releaser_costs_a_few_scans_per_shard_and_nothing_per_read(
     # split a batch in two, never more (and never per read)
     assert calls["listdir"] <= 3 * shards, calls
     assert calls["readlink"] <= calls["listdir"] * fds, calls
+
+
+def test_a_forked_child_never_waits_on_or_touches_its_parents_releaser(
+    releaser: ShardReleaser, tmp_path: Path
+) -> None:
+    """A DataLoader worker forked while a thread of the trainer held the releaser's lock, and
+    there the garbage collector closes a ``records()`` stream the trainer leaked: its finally
+    calls the inherited releaser. It must return at once (it waited for ever on a lock whose
+    holder does not exist in the child), and leave the parent's claims and events alone."""
+    path = claimed(releaser, 0)
+    with releaser._lock:  # as the releaser's thread holds it while it applies events
+        pid = os.fork()
+        if pid == 0:  # the child: every call returns, nothing of the parent's is touched
+            ok = False
+            try:
+                releaser.flush()
+                releaser.finished(path.name)
+                releaser.wants_more()
+                releaser.end_wait(releaser.begin_wait(False), claimed=1)
+                releaser.track("another")
+                ok = path.exists() and releaser.pending() == 0
+                layout = Layout(tmp_path / "cache", tmp_path / "ram", tmp_path / "state")
+                ok = ok and ShardReleaser.for_layout(layout) is not releaser
+            finally:
+                os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child waited for ever on its parent's releaser")
+    assert os.waitstatus_to_exitcode(done[1]) == 0, "the child touched its parent's releaser"
+    assert path.exists() and releaser.pending() == 1, "the parent's claim is still its own"
