@@ -17,6 +17,7 @@ Datasets (about ``--mb`` MB of input each):
     tar        WebDataset tars of 1 MiB, samples of a small .json and a .cls member
     raw        objects of 64-200 KiB -> Example{key, data}
     tfrecord   TFRecord objects of 4 MiB holding 64 KiB records, passed through
+    medium     TFRecord objects of 1-8 MiB holding 64 records each, passed through
 
 Run it against another checkout (e.g. ``git archive main | tar -x -C /tmp/base``) with
 ``PYTHONPATH=/tmp/base`` to get the baseline of a change: it only uses interfaces both sides
@@ -64,6 +65,8 @@ DATASETS: dict[str, WriterDataset] = {
     "tar": WriterDataset("tar", MiB, MiB, tar_members=("json", "cls")),
     "raw": WriterDataset("raw", 64 * KiB, 200 * KiB),
     "tfrecord": WriterDataset("tfrecord", 4 * MiB, 4 * MiB, record_size=64 * KiB),
+    # the bench's medium: 1-8 MiB objects of 64 records each (16-128 KiB)
+    "medium": WriterDataset("tfrecord", MiB, 8 * MiB),
 }
 
 
