@@ -194,8 +194,7 @@ class Downloader:
             self.vanished = vanished  # writers rename out of ready/: a delete is someone else
             self._recover()
             self.transfer = make_transfer(self.config, self._transfer_done)
-            self.ctx.ready = True
-            self.ctx.report(force=True)
+            self.ctx.settled()
             try:
                 self._loop()
             finally:

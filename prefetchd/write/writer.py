@@ -233,8 +233,7 @@ class Writer:
         log.info("writer %d: record framing and mixing in %s", self.index, core.ACTIVE)
         _reuse_freed_memory()
         self._recover()
-        self.ctx.ready = True
-        self.ctx.report(force=True)
+        self.ctx.settled()
         with Watch(self.layout.cache_ready, IN_MOVED_TO) as arrivals, self._plugin_heartbeat():
             self.arrivals = arrivals
             with contextlib.suppress(Interrupted):
