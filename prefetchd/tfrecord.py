@@ -22,9 +22,9 @@ import google_crc32c
 
 _MASK_DELTA = 0xA282EAD8
 _U32 = 0xFFFFFFFF
-_HEADER = struct.Struct("<QI")
+HEADER = struct.Struct("<QI")
 FOOTER = struct.Struct("<I")
-HEADER_SIZE = _HEADER.size
+HEADER_SIZE = HEADER.size
 FOOTER_SIZE = FOOTER.size
 FRAME_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
 _CHUNK = 16 * 1024 * 1024
@@ -94,7 +94,7 @@ def read_records(
             return
         if len(header) < HEADER_SIZE:
             raise FramingError(offset, "truncated record header")
-        length, length_crc = _HEADER.unpack(header)
+        length, length_crc = HEADER.unpack(header)
         if masked_crc(header[:8]) != length_crc:
             raise FramingError(offset, "length CRC mismatch (not a TFRecord, or corrupt)")
         if max_length is not None and length > max_length:
@@ -113,7 +113,7 @@ def index_records(fd: int, size: int) -> array[int]:
     """The start offset of every frame of a TFRecord file of ``size`` bytes open as ``fd``.
 
     Checks each length CRC and that the frames end exactly at the end of the file (data CRCs
-    are checked by ``read_record_at``). Costs one 12-byte ``pread`` and 8 bytes per record.
+    are checked where the frames are read). Costs one 12-byte ``pread`` and 8 bytes per record.
     Raises ``FramingError``.
     """
     offsets = array("Q")
@@ -122,7 +122,7 @@ def index_records(fd: int, size: int) -> array[int]:
         header = os.pread(fd, HEADER_SIZE, pos)
         if len(header) < HEADER_SIZE:
             raise FramingError(pos, "truncated record header")
-        length, length_crc = _HEADER.unpack(header)
+        length, length_crc = HEADER.unpack(header)
         if masked_crc(header[:8]) != length_crc:
             raise FramingError(pos, "length CRC mismatch (not a TFRecord, or corrupt)")
         end = pos + FRAME_OVERHEAD + length
@@ -131,25 +131,6 @@ def index_records(fd: int, size: int) -> array[int]:
         offsets.append(pos)
         pos = end
     return offsets
-
-
-def read_record_at(fd: int, offset: int) -> bytes:
-    """The data of the frame at ``offset`` (found by ``index_records``), its CRC checked."""
-    (length,) = struct.unpack("<Q", os.pread(fd, 8, offset))
-    data = os.pread(fd, length, offset + HEADER_SIZE)
-    footer = os.pread(fd, FOOTER_SIZE, offset + HEADER_SIZE + length)
-    if len(data) < length or len(footer) < FOOTER_SIZE:
-        raise FramingError(offset, f"truncated record (expected {length} bytes of data)")
-    if masked_crc(data) != FOOTER.unpack(footer)[0]:
-        raise FramingError(offset, "data CRC mismatch")
-    return data
-
-
-def check_file(fd: int, size: int) -> None:
-    """Check every frame of the TFRecord file of ``size`` bytes open as ``fd``: both CRCs, and
-    that the frames end exactly at the end. Raises ``FramingError``."""
-    for offset in index_records(fd, size):
-        read_record_at(fd, offset)
 
 
 READ_BUFFER = 1024 * 1024  # bytes each read() of ``iter_records`` asks for
@@ -177,7 +158,7 @@ def iter_records(stream: BinaryIO, *, buffer_size: int = READ_BUFFER) -> Iterato
                 return
             if size < HEADER_SIZE:
                 raise FramingError(base, "truncated record header")
-        length, length_crc = _HEADER.unpack_from(buf, pos)
+        length, length_crc = HEADER.unpack_from(buf, pos)
         if _mask(crc(buf[pos : pos + 8])) != length_crc:
             raise FramingError(base + pos, "length CRC mismatch (not a TFRecord, or corrupt)")
         end = pos + FRAME_OVERHEAD + length

@@ -850,6 +850,110 @@ done:
     return result;
 }
 
+/* --- checking a whole TFRecord file in file order (the downloader's verification) ------- */
+
+#define CHECK_CHUNK (1024 * 1024)
+
+typedef struct {
+    int fd;
+    uint64_t size, start, len; /* buf holds the file's bytes [start, start + len) */
+    uint8_t *buf;
+    int err; /* errno of a failed read, else 0 */
+} reader_t;
+
+/* CRC32C (unmasked, extended from `crc`) of the file's bytes [at, at + n), read through the
+ * buffer; the bytes are copied to `out` too when it is not NULL. 0 if they are not all there. */
+static int crc_range(reader_t *r, uint64_t at, uint64_t n, uint32_t *crc, uint8_t *out) {
+    while (n > 0) {
+        if (at < r->start || at >= r->start + r->len) {
+            uint64_t want = r->size - at < CHECK_CHUNK ? r->size - at : CHECK_CHUNK;
+            uint64_t got = 0;
+            while (got < want) {
+                ssize_t k = pread(r->fd, r->buf + got, want - got, (off_t)(at + got));
+                if (k < 0 && errno == EINTR) continue;
+                if (k < 0) {
+                    r->err = errno;
+                    return 0;
+                }
+                if (k == 0) break;
+                got += (uint64_t)k;
+            }
+            r->start = at;
+            r->len = got;
+            if (got == 0) return 0;
+        }
+        uint64_t take = r->start + r->len - at;
+        if (take > n) take = n;
+        const uint8_t *p = r->buf + (at - r->start);
+        if (crc != NULL) *crc = crc_extend(*crc, p, take);
+        if (out != NULL) {
+            memcpy(out, p, take);
+            out += take;
+        }
+        at += take;
+        n -= take;
+    }
+    return 1;
+}
+
+static uint32_t mask(uint32_t c) { return ((c >> 15) | (c << 17)) + MASK_DELTA; }
+
+/* Every frame of the file, in file order: the header's length CRC, that the data and footer
+ * are there, the data CRC; the first fault found raises. Read in 1 MiB chunks, without the
+ * GIL. */
+static PyObject *check_file(PyObject *self, PyObject *args) {
+    int fd;
+    unsigned long long size;
+    if (!need_crc() || !PyArg_ParseTuple(args, "iK", &fd, &size)) return NULL;
+    reader_t r = {fd, size, 0, 0, PyMem_RawMalloc(CHECK_CHUNK), 0};
+    if (r.buf == NULL) return PyErr_NoMemory();
+    uint64_t pos = 0, length = 0;
+    const char *fault = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    uint8_t h[HEADER], f[4];
+    while (pos < size) {
+        if (size - pos < HEADER || !crc_range(&r, pos, HEADER, NULL, h)) {
+            fault = "truncated record header";
+            break;
+        }
+        if (mask(crc_extend(0, h, 8)) != get_u32(h + 8)) {
+            fault = "length CRC mismatch (not a TFRecord, or corrupt)";
+            break;
+        }
+        length = get_u64(h);
+        if (length > size || size - pos - OVERHEAD < length) {
+            fault = "truncated";
+            break;
+        }
+        uint32_t crc = 0;
+        if (!crc_range(&r, pos + HEADER, length, &crc, NULL) ||
+            !crc_range(&r, pos + HEADER + length, 4, NULL, f)) {
+            fault = "truncated";
+            break;
+        }
+        if (mask(crc) != get_u32(f)) {
+            fault = "data CRC mismatch";
+            break;
+        }
+        pos += OVERHEAD + length;
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(r.buf);
+    if (r.err) {
+        errno = r.err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (fault == NULL) Py_RETURN_NONE;
+    if (strcmp(fault, "truncated") != 0) return framing_error(pos, fault);
+    PyObject *msg = PyUnicode_FromFormat("truncated record (expected %llu bytes of data)",
+                                         (unsigned long long)length);
+    if (msg != NULL) {
+        framing_error(pos, PyUnicode_AsUTF8(msg));
+        Py_DECREF(msg);
+    }
+    return NULL;
+}
+
 /* --- reordering: take frames of several batches in a given order ------------------------ */
 
 typedef struct {
@@ -1084,6 +1188,7 @@ static PyMethodDef methods[] = {
     {"check_tar", check_tar, METH_VARARGS, "Check the samples of a chunk of a tar stream."},
     {"index_file", index_file, METH_VARARGS, "Frame offsets of a TFRecord file."},
     {"read_frames", read_frames, METH_VARARGS, "Read frames in a given order."},
+    {"check_file", check_file, METH_VARARGS, "Check every frame of a TFRecord file."},
     {"take", take, METH_VARARGS, "Frames of several batches in a given order."},
     {"interleave", interleave, METH_VARARGS, "Frames of several sources by picks."},
     {"permutation", permutation, METH_VARARGS, "A seeded permutation of range(n)."},

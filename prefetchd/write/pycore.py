@@ -17,6 +17,8 @@ from typing import Any
 
 from prefetchd.tfrecord import (
     FOOTER,
+    FRAME_OVERHEAD,
+    HEADER,
     HEADER_SIZE,
     FramingError,
     frame,
@@ -252,6 +254,28 @@ def index_file(fd: int, size: int) -> bytes:
     """The start offset of every frame of an uncompressed TFRecord file, as uint64 bytes;
     length CRCs checked. Raises ``FramingError`` (the C core: ``ValueError(offset, reason)``)."""
     return index_records(fd, size).tobytes()
+
+
+def check_file(fd: int, size: int) -> None:
+    """Every frame of the uncompressed TFRecord file of ``size`` bytes open as ``fd``, in file
+    order: its header's length CRC, that its data and footer are there, its data CRC; the
+    frames must end exactly at ``size``. Raises ``FramingError`` at the first fault (the C
+    core: ``ValueError(offset, reason)``, reading 1 MiB at a time without the GIL)."""
+    pos = 0
+    while pos < size:
+        header = os.pread(fd, HEADER_SIZE, pos) if size - pos >= HEADER_SIZE else b""
+        if len(header) < HEADER_SIZE:
+            raise FramingError(pos, "truncated record header")
+        length, length_crc = HEADER.unpack(header)
+        if masked_crc(header[:8]) != length_crc:
+            raise FramingError(pos, "length CRC mismatch (not a TFRecord, or corrupt)")
+        there = length <= size - pos - FRAME_OVERHEAD
+        rest = os.pread(fd, length + FOOTER.size, pos + HEADER_SIZE) if there else b""
+        if len(rest) < length + FOOTER.size:
+            raise FramingError(pos, f"truncated record (expected {length} bytes of data)")
+        if masked_crc(rest[:length]) != FOOTER.unpack_from(rest, length)[0]:
+            raise FramingError(pos, "data CRC mismatch")
+        pos += FRAME_OVERHEAD + length
 
 
 def read_frames(
