@@ -23,6 +23,7 @@ import botocore.config
 import botocore.exceptions
 
 from prefetchd.config import Config, split_s3_url
+from prefetchd.download.listing import list_objects
 from prefetchd.download.order import SourceObject, in_share, matcher
 from prefetchd.errors import RuntimeFailure
 from prefetchd.logs import escape_key, redact
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 S3Client = Any  # boto3's client type is generated at run time
 HEAD_CONCURRENCY = 8  # HEAD requests in flight for manifest keys given without a size
+LISTED_EVERY = 1000  # objects between two ``listed`` calls of list_share: one per full page
 
 
 # What a session reads its credentials and settings from, besides profile and region.
@@ -211,25 +213,32 @@ def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
     return RuntimeFailure(f"cannot list {config.source.url}: {describe(exc)}")
 
 
-def list_share(client: S3Client, config: Config) -> Iterator[SourceObject]:
-    """This host's objects, streamed page by page from ListObjectsV2 or from the manifest."""
+def list_share(
+    client: S3Client, config: Config, *, listed: Callable[[int], None] | None = None
+) -> Iterator[SourceObject]:
+    """This host's objects, streamed page by page from ListObjectsV2 or from the manifest.
+    ``listed(n)``, if given, hears how many objects the source has given so far, before
+    ``source.include`` and sharding pick this host's: every ``LISTED_EVERY`` and at the end."""
     src, shard = config.source, config.sharding
     prefix = src.prefix
     included = matcher(src.include)
+    seen = 0
     for obj in _manifest_objects(client, config) if src.manifest else _listing(client, config):
+        seen += 1
+        if listed is not None and seen % LISTED_EVERY == 0:
+            listed(seen)
         relative = obj.key[len(prefix) :] if obj.key.startswith(prefix) else obj.key
         if obj.key.endswith("/") and obj.size == 0:
             continue  # a "directory" placeholder, not data
         if included(relative) and in_share(obj.key, shard.num_workers, shard.worker_index):
             yield obj
+    if listed is not None:
+        listed(seen)
 
 
 def _listing(client: S3Client, config: Config) -> Iterator[SourceObject]:
-    paginator = client.get_paginator("list_objects_v2")
-    pages = paginator.paginate(Bucket=config.source.bucket, Prefix=config.source.prefix)
-    for page in pages:
-        for item in page.get("Contents", ()):
-            yield SourceObject(item["Key"], int(item["Size"]), _etag(item.get("ETag")))
+    """ListObjectsV2 pages read from their XML, not through botocore's parser (listing.py)."""
+    return list_objects(client, config.source.bucket, config.source.prefix)
 
 
 def _manifest_objects(client: S3Client, config: Config) -> Iterator[SourceObject]:
