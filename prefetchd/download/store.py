@@ -18,9 +18,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-import boto3
 import botocore.config
 import botocore.exceptions
+import botocore.session
 
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.listing import list_objects
@@ -30,7 +30,7 @@ from prefetchd.logs import escape_key, redact
 
 log = logging.getLogger(__name__)
 
-S3Client = Any  # boto3's client type is generated at run time
+S3Client = Any  # botocore's client class is generated at run time
 HEAD_CONCURRENCY = 8  # HEAD requests in flight for manifest keys given without a size
 LISTED_EVERY = 1000  # objects between two ``listed`` calls of list_share: one per full page
 
@@ -46,19 +46,25 @@ _SESSION_ENV = (
 )
 
 
-def session(profile: str | None, region: str | None) -> boto3.session.Session:
-    """A boto3 session for ``profile`` and ``region``, shared by the process's clients: a
-    client costs ~7 ms of CPU from a session that has made one before and ~110 ms from a new
-    one (each session parses the S3 service model), most of the downloader's start-up. A
-    session keeps the credentials it resolved, so a changed environment gets a new one.
-    Created inside the process that uses it; never pickled across processes."""
+def session(profile: str | None, region: str | None) -> botocore.session.Session:
+    """A botocore session for ``profile`` and ``region``, shared by the process's clients and
+    by the crt transfer's signer: a client costs ~7 ms of CPU from a session that has made one
+    before and ~110 ms from a new one (each session parses the S3 service model), most of the
+    downloader's start-up. A session keeps the credentials it resolved, so a changed
+    environment gets a new one. Created inside the process that uses it; never pickled across
+    processes. botocore's, not boto3's: the daemon makes only clients, and importing boto3
+    also imports s3transfer, which nothing here uses (start-up CPU, docs/benchmarks.md)."""
     env = hashlib.sha256(repr([os.environ.get(k) for k in _SESSION_ENV]).encode()).digest()
     return _session(profile, region, env)
 
 
 @functools.lru_cache(maxsize=4)
-def _session(profile: str | None, region: str | None, env: bytes) -> boto3.session.Session:
-    return boto3.session.Session(profile_name=profile, region_name=region)
+def _session(profile: str | None, region: str | None, env: bytes) -> botocore.session.Session:
+    # What boto3.session.Session(profile_name=, region_name=) sets on its botocore session.
+    made = botocore.session.Session(profile=profile)
+    if region is not None:
+        made.set_config_variable("region", region)
+    return made
 
 
 def make_client(
@@ -68,7 +74,7 @@ def make_client(
     ``download.retries`` + 1), ``pool`` connections (default ``download.concurrency`` + 4)
     and ``timeout`` seconds to wait for a response."""
     src = config.source
-    return session(src.profile, src.region).client(
+    return session(src.profile, src.region).create_client(
         "s3",
         endpoint_url=src.endpoint_url,
         config=botocore.config.Config(
