@@ -763,7 +763,9 @@ class Downloader:
         if keeper is None or not keeper.store.entries:
             return
         client = make_client(self.config, pool=8)
-        self.counters["activity"] = Activity.LISTING  # nothing is scheduled until it ends
+        # Nothing is scheduled until the listing ends: status says so meanwhile, then shows
+        # what the loop was doing (serving kept copies sets no activity of its own).
+        previous, self.counters["activity"] = self.counters["activity"], Activity.LISTING
         try:
             listing = ShareTable.of(list_share(client, self.config, listed=self._listed))
         except Exception as exc:  # the store's error, whatever its type: downloads still work
@@ -772,6 +774,8 @@ class Downloader:
             )
             keeper.trusted = False
             return
+        finally:
+            self.counters["activity"] = previous
         keeper.refresh(self.share, listing)
 
     def _serve_kept(self, job: Job) -> bool | None:
