@@ -1,4 +1,7 @@
-from prefetchd.cli import main
+"""``python -m prefetchd``. Spawned children run this module again (as ``__mp_main__``): they
+must not run the command, and need nothing the command line imports, so it is imported here."""
 
-if __name__ == "__main__":  # spawned children import this module too; they must not run it
+if __name__ == "__main__":
+    from prefetchd.cli import main
+
     raise SystemExit(main())

@@ -7,13 +7,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import boto3
 import botocore.exceptions
 
 from prefetchd import sizing
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import in_share, matches
-from prefetchd.download.store import S3Client, boot_failure, describe, make_client
+from prefetchd.download.store import S3Client, boot_failure, describe, make_client, session
 from prefetchd.errors import ConfigError
 from prefetchd.layout import Layout, dir_bytes
 from prefetchd.owner import dir_findings
@@ -50,10 +49,7 @@ def run_checks(config: Config) -> list[Finding]:
 def _check_store(config: Config, listed: list[int]) -> Iterator[Finding]:
     """Credentials, bucket access and the first page of the listing; appends the sizes of this
     worker's listed objects to ``listed`` (for the sizing advice)."""
-    session = boto3.session.Session(
-        profile_name=config.source.profile, region_name=config.source.region
-    )
-    if session.get_credentials() is None:
+    if session(config.source.profile, config.source.region).get_credentials() is None:
         yield Finding("fail", "no AWS credentials found (environment, profile or instance role)")
         return
     yield Finding("ok", "credentials found")

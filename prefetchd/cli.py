@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from prefetchd import __version__
 from prefetchd.config import Config, load_config
@@ -19,11 +19,15 @@ from prefetchd.errors import (
     PrefetchdError,
 )
 from prefetchd.layout import Layout
-from prefetchd.supervise.status import is_running, read_status, render_table
-from prefetchd.supervise.status_record import StatusRecord
+
+if TYPE_CHECKING:
+    from prefetchd.supervise.status_record import StatusRecord
 
 # What only `run` or `check` needs (the supervisor, boto3, logging set-up) is imported inside
-# those commands: `prefetchd status` must answer in a fraction of a second.
+# those commands: `prefetchd status` must answer in a fraction of a second. What only `status`
+# needs is imported inside it too: every child the daemon spawns imports this module again
+# (multiprocessing re-runs the main script, the `prefetchd` entry point, as __mp_main__), and
+# three processes paying for the status table is start-up CPU for nothing.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,6 +92,8 @@ def _run(config: Config) -> int:
 
 
 def _status(config: Config, *, as_json: bool, watch: bool) -> int:
+    from prefetchd.supervise.status import is_running, read_status
+
     layout = Layout.of(config)
     tty = sys.stdout.isatty()
     if watch and tty and not as_json:
@@ -123,6 +129,8 @@ HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 
 
 def _render(status: StatusRecord, *, as_json: bool, compact: bool) -> str:
+    from prefetchd.supervise.status import render_table
+
     if not as_json:
         return render_table(status)
     record = status.to_json()  # keys this version does not know are printed as written

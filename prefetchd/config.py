@@ -13,15 +13,16 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
-
-import yaml
 
 from prefetchd.errors import ConfigError
 from prefetchd.logs import redact_url
 from prefetchd.paths import default_cache_dir, default_ram_dir, default_state_dir
 from prefetchd.sizes import format_size, parse_size
+
+if TYPE_CHECKING:
+    import yaml
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BUILTIN_FORMATS = ("tfrecord", "raw", "lines", "tar")
@@ -154,6 +155,8 @@ def split_s3_url(url: str) -> tuple[str, str]:
 def _reject_duplicates(node: yaml.Node | None, path: str = "") -> None:
     """Walk the composed YAML tree; a key seen twice in one mapping is an error naming its
     dotted path (``yaml.safe_load`` would silently keep the last value)."""
+    import yaml
+
     if isinstance(node, yaml.SequenceNode):
         for item in node.value:
             _reject_duplicates(item, path)
@@ -178,6 +181,10 @@ def load_config(path: str | os.PathLike[str], *, trainer: bool = False) -> Confi
     auto`` is then not resolved from ``TF_CONFIG`` (the daemon alone does that), and the
     config's ``sharding`` is left at one worker.
     """
+    # Imported here: the daemon's children get their config unpickled, not parsed, and each
+    # would otherwise load YAML at start-up for nothing (docs/benchmarks.md, "Start-up CPU").
+    import yaml
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -63,6 +63,7 @@ from prefetchd.download.finishers import Finishers
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.parts import object_part_size, slots_for
 from prefetchd.download.store import make_client
+from prefetchd.download.store import session as store_session
 from prefetchd.download.verify import IntegrityError, SizeChanged, Verifier, settle, stored_size
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
@@ -173,8 +174,10 @@ class CrtTransfer:
         )
         # botocore resolves region and credentials as the classic backend does (source.profile,
         # env, config files, SSO, instance roles) and refreshes temporary credentials, which the
-        # CRT asks for on every signing (_credential_provider). They are never logged.
-        session = botocore.session.Session(profile=src.profile)
+        # CRT asks for on every signing (_credential_provider). They are never logged. The
+        # process's one session (store.session): its S3 model is already loaded by the listing,
+        # so resolving the endpoint does not parse it again.
+        session = store_session(src.profile, src.region)
         region = src.region or session.get_config_variable("region") or DEFAULT_REGION
         self._credentials = session.get_credentials()
         resolved = "" if src.endpoint_url else _resolved_url(session, region)

@@ -134,6 +134,7 @@ class Downloader:
             objects_unverified=0,
             verify_requests=0,
             objects_refetched=0,
+            objects_listed=0,
             epoch=0,
             epoch_objects=0,
             epoch_objects_done=0,
@@ -159,7 +160,7 @@ class Downloader:
     def run(self) -> None:
         client = make_client(self.config, pool=8)
         try:
-            for obj in list_share(client, self.config):
+            for obj in list_share(client, self.config, listed=self._listed):
                 self.share.append(obj)
             self.share.finish()
         except RuntimeFailure:
@@ -205,6 +206,12 @@ class Downloader:
                     os.close(fd)
                 self.log_fds.clear()
         self.ctx.report(force=True)
+
+    def _listed(self, count: int) -> None:
+        """Listing progress: status shows it (a bucket of millions of keys lists for minutes,
+        and a starving trainer should read why), and the report is this child's heartbeat."""
+        self.counters["objects_listed"] = count
+        self.ctx.report()
 
     def _abandon_unfinished(self) -> None:
         """On stop: remove downloads that were cancelled before they finished."""
@@ -755,14 +762,19 @@ class Downloader:
         if keeper is None or not keeper.store.entries:
             return
         client = make_client(self.config, pool=8)
+        # Nothing is scheduled until the listing ends: status says so meanwhile, then shows
+        # what the loop was doing (serving kept copies sets no activity of its own).
+        previous, self.counters["activity"] = self.counters["activity"], Activity.LISTING
         try:
-            listing = ShareTable.of(list_share(client, self.config))
+            listing = ShareTable.of(list_share(client, self.config, listed=self._listed))
         except Exception as exc:  # the store's error, whatever its type: downloads still work
             log.warning(
                 "download.keep: listing again failed (%s); no kept copy is used this epoch", exc
             )
             keeper.trusted = False
             return
+        finally:
+            self.counters["activity"] = previous
         keeper.refresh(self.share, listing)
 
     def _serve_kept(self, job: Job) -> bool | None:

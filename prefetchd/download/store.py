@@ -18,19 +18,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-import boto3
 import botocore.config
 import botocore.exceptions
+import botocore.session
 
 from prefetchd.config import Config, split_s3_url
+from prefetchd.download.listing import list_objects
 from prefetchd.download.order import SourceObject, in_share, matcher
 from prefetchd.errors import RuntimeFailure
 from prefetchd.logs import escape_key, redact
 
 log = logging.getLogger(__name__)
 
-S3Client = Any  # boto3's client type is generated at run time
+S3Client = Any  # botocore's client class is generated at run time
 HEAD_CONCURRENCY = 8  # HEAD requests in flight for manifest keys given without a size
+LISTED_EVERY = 1000  # objects between two ``listed`` calls of list_share: one per full page
 
 
 # What a session reads its credentials and settings from, besides profile and region.
@@ -44,19 +46,25 @@ _SESSION_ENV = (
 )
 
 
-def session(profile: str | None, region: str | None) -> boto3.session.Session:
-    """A boto3 session for ``profile`` and ``region``, shared by the process's clients: a
-    client costs ~7 ms of CPU from a session that has made one before and ~110 ms from a new
-    one (each session parses the S3 service model), most of the downloader's start-up. A
-    session keeps the credentials it resolved, so a changed environment gets a new one.
-    Created inside the process that uses it; never pickled across processes."""
+def session(profile: str | None, region: str | None) -> botocore.session.Session:
+    """A botocore session for ``profile`` and ``region``, shared by the process's clients and
+    by the crt transfer's signer: a client costs ~7 ms of CPU from a session that has made one
+    before and ~110 ms from a new one (each session parses the S3 service model), most of the
+    downloader's start-up. A session keeps the credentials it resolved, so a changed
+    environment gets a new one. Created inside the process that uses it; never pickled across
+    processes. botocore's, not boto3's: the daemon makes only clients, and importing boto3
+    also imports s3transfer, which nothing here uses (start-up CPU, docs/benchmarks.md)."""
     env = hashlib.sha256(repr([os.environ.get(k) for k in _SESSION_ENV]).encode()).digest()
     return _session(profile, region, env)
 
 
 @functools.lru_cache(maxsize=4)
-def _session(profile: str | None, region: str | None, env: bytes) -> boto3.session.Session:
-    return boto3.session.Session(profile_name=profile, region_name=region)
+def _session(profile: str | None, region: str | None, env: bytes) -> botocore.session.Session:
+    # What boto3.session.Session(profile_name=, region_name=) sets on its botocore session.
+    made = botocore.session.Session(profile=profile)
+    if region is not None:
+        made.set_config_variable("region", region)
+    return made
 
 
 def make_client(
@@ -66,7 +74,7 @@ def make_client(
     ``download.retries`` + 1), ``pool`` connections (default ``download.concurrency`` + 4)
     and ``timeout`` seconds to wait for a response."""
     src = config.source
-    return session(src.profile, src.region).client(
+    return session(src.profile, src.region).create_client(
         "s3",
         endpoint_url=src.endpoint_url,
         config=botocore.config.Config(
@@ -211,25 +219,32 @@ def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
     return RuntimeFailure(f"cannot list {config.source.url}: {describe(exc)}")
 
 
-def list_share(client: S3Client, config: Config) -> Iterator[SourceObject]:
-    """This host's objects, streamed page by page from ListObjectsV2 or from the manifest."""
+def list_share(
+    client: S3Client, config: Config, *, listed: Callable[[int], None] | None = None
+) -> Iterator[SourceObject]:
+    """This host's objects, streamed page by page from ListObjectsV2 or from the manifest.
+    ``listed(n)``, if given, hears how many objects the source has given so far, before
+    ``source.include`` and sharding pick this host's: every ``LISTED_EVERY`` and at the end."""
     src, shard = config.source, config.sharding
     prefix = src.prefix
     included = matcher(src.include)
+    seen = 0
     for obj in _manifest_objects(client, config) if src.manifest else _listing(client, config):
+        seen += 1
+        if listed is not None and seen % LISTED_EVERY == 0:
+            listed(seen)
         relative = obj.key[len(prefix) :] if obj.key.startswith(prefix) else obj.key
         if obj.key.endswith("/") and obj.size == 0:
             continue  # a "directory" placeholder, not data
         if included(relative) and in_share(obj.key, shard.num_workers, shard.worker_index):
             yield obj
+    if listed is not None:
+        listed(seen)
 
 
 def _listing(client: S3Client, config: Config) -> Iterator[SourceObject]:
-    paginator = client.get_paginator("list_objects_v2")
-    pages = paginator.paginate(Bucket=config.source.bucket, Prefix=config.source.prefix)
-    for page in pages:
-        for item in page.get("Contents", ()):
-            yield SourceObject(item["Key"], int(item["Size"]), _etag(item.get("ETag")))
+    """ListObjectsV2 pages read from their XML, not through botocore's parser (listing.py)."""
+    return list_objects(client, config.source.bucket, config.source.prefix)
 
 
 def _manifest_objects(client: S3Client, config: Config) -> Iterator[SourceObject]:

@@ -96,6 +96,7 @@ class DownloaderCounters(TypedDict):
     objects_unverified: int
     verify_requests: int
     objects_refetched: int  # deleted from cache_dir before a writer read them: fetched again
+    objects_listed: int  # while LISTING: objects the source gave so far (before include, shares)
     epoch: int  # the epoch being downloaded
     epoch_objects: int
     epoch_objects_done: int
@@ -217,6 +218,7 @@ class ChildReport:
     epoch_bytes_done: int = 0
     window_bytes: int = 0
     window_fetching_bytes: int = 0
+    objects_listed: int = 0
     keep_bytes: int = 0
     ram_wait_s: float = 0.0
     objects_open: int = 0

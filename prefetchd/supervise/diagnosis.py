@@ -9,12 +9,19 @@ downloader's ``Activity`` as the downloader reported it:
   - downloads ``PAUSED`` on store errors or throttling -> ``store-bound``;
   - writers blocked on ``output.ram_budget`` for ``RAM_BLOCKED`` of their time while trainers
     wait -> ``ram-bound`` (the budget is held by shards the trainers have claimed);
+  - the downloader ``LISTING`` the source (a restarted downloader, or ``download.keep``
+    listing again before an epoch) -> ``store-bound``: nothing is fetched until the listing
+    ends, and the store's listing is the limit; the evidence says how far it got
+    (``objects_listed``), not a download rate that is 0 because nothing is asked for yet;
   - everything downloaded, or the window full (at least ``WINDOW_FULL``, or the downloader
     waiting for room) with less than ``LATE`` of it still being fetched -> ``writer-bound``
     (objects are here, writers cannot turn them into shards fast enough);
   - the window full, but mostly of objects still being fetched -> ``store-bound``: downloads
     are merely late (a slow store or network, first-byte latency), not the writers;
   - else -> ``store-bound`` (the window is not filling: downloads are the limit).
+
+A daemon not ``running`` gets ``unknown``; while it starts and the downloader lists, the summary
+says so, with the objects listed so far.
 """
 
 from __future__ import annotations
@@ -41,10 +48,17 @@ def _pct(x: float) -> str:
     return f"{x * 100:.0f}%"
 
 
+def _listing(status: StatusRecord) -> str:
+    return f"the downloader is listing the source, {status.objects_listed} objects so far"
+
+
 def diagnose(status: StatusRecord, activity: Activity | None) -> Verdict:
     """The verdict for one status record and the downloader's ``activity``; never raises."""
     if status.state != "running":
-        return Verdict("unknown", f"the daemon is {status.state or 'not running'}")
+        summary = f"the daemon is {status.state or 'not running'}"
+        if status.state == "starting" and activity is Activity.LISTING:
+            summary += f": {_listing(status)}"
+        return Verdict("unknown", summary)
     wait, consumers = status.consumer_wait_ratio, status.consumers
     window = _fill(status.window_bytes, status.window_limit)
     ram = _fill(status.ram_bytes, status.ram_budget)
@@ -81,6 +95,12 @@ def diagnose(status: StatusRecord, activity: Activity | None) -> Verdict:
                 f"writers blocked on the RAM budget {_pct(ram_wait)} of the time",
                 f"RAM disk {_pct(ram)} full, {claimed} shards being read, {ready} ready",
             ],
+        )
+    if activity is Activity.LISTING:
+        return Verdict(
+            "store-bound",
+            f"{_listing(status)}: downloads start once the listing is complete",
+            [evidence_wait, f"{status.objects_listed} objects listed so far"],
         )
     fetching = _fill(status.window_fetching_bytes, status.window_bytes)
     window_full = window >= WINDOW_FULL or activity in DOWNLOADS_AHEAD

@@ -116,6 +116,7 @@ class StatusRecord:
     epochs: tuple[EpochStatus, ...] = ()
     job_eta_s: float | None = None
     download_activity: str | None = None
+    objects_listed: int = 0  # the downloader's listing so far (its activity says if it lists)
     counts: Counts = field(default_factory=Counts)
     shards_ready: int = 0
     shards_claimed: int = 0

@@ -499,6 +499,7 @@ class Supervisor:
             epochs=self._epoch_progress(dl, download_rate or avg_rate),
             job_eta_s=self._job_eta(dl, download_rate or avg_rate),
             download_activity=dl.activity_text,
+            objects_listed=dl.objects_listed,
             counts=counts,
             shards_ready=_count(lay.ram_ready),
             shards_claimed=_count(lay.ram_claimed),
