@@ -187,6 +187,10 @@ class Writer:
         self.normal_hold = 2 * self.shuffle_bytes + 2 * BATCH_BYTES
         self.oldest_epoch = 0  # lowest epoch not yet complete, as far as this writer knows
         self.prefix = writer_claim_prefix(index)
+        # Joined per object as text: a pathlib join and its str() cost more than the syscall.
+        self._ready_dir = str(self.layout.cache_ready)
+        self._claimed_prefix = f"{self.layout.cache_claimed}/{self.prefix}"
+        self._meta_dir = str(self.layout.cache_meta)
         self.journal = Journal(self.layout.journal / f"w{index}.log")
         self.attempts = ParseAttempts(self.layout.journal / f"w{index}.parsing")
         self.open: list[OpenObject] = []
@@ -512,10 +516,7 @@ class Writer:
                 self.shard_epoch = None
             self.listing.pop(0)
             try:
-                os.rename(
-                    self.layout.cache_ready / name,
-                    self._claimed_path(name),
-                )
+                os.rename(f"{self._ready_dir}/{name}", f"{self._claimed_prefix}{name}")
             except FileNotFoundError:
                 continue  # another writer was faster
             return name
@@ -577,7 +578,7 @@ class Writer:
 
     def _open(self, name: str, *, resume_at: int) -> None:
         path = self._claimed_path(name)
-        meta_path = self.layout.cache_meta / f"{name}.json"
+        meta_path = f"{self._meta_dir}/{name}.json"
         parsed = parse_object_name(name)
         assert parsed is not None
         try:
@@ -728,10 +729,7 @@ class Writer:
         self.shard = None
 
     def _delete_raw(self, name: str) -> None:
-        for path in (
-            self.layout.cache_meta / f"{name}.json",
-            self._claimed_path(name),
-        ):
+        for path in (f"{self._meta_dir}/{name}.json", f"{self._claimed_prefix}{name}"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
