@@ -8,8 +8,8 @@
   the sizes of the files under ``ram_dir`` and, if ``chunk`` more fit, grows its file's size
   by ``chunk`` (``ftruncate``: a sparse reservation). Sizes, not allocated blocks, are the
   ledger every writer (and anyone running ``ls -l``) reads; what the files really occupy is
-  never more. Allocating the reservation too (``posix_fallocate``) cost a writer ~18 % of its
-  CPU on tmpfs, pages the write allocates anyway; so a tmpfs that is itself full (smaller
+  never more. Allocating the reservation too (``posix_fallocate``) was ~18 % of a writer's
+  samples on tmpfs, for pages the write allocates anyway; so a tmpfs that is itself full (smaller
   than the budget, or shared) is met at the write: ``disk_full`` waits for room there.
 """
 

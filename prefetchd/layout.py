@@ -489,7 +489,7 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
         raise
 
 
-def write_new(path: Path, data: bytes) -> bool:
+def write_new(path: str | Path, data: bytes) -> bool:
     """Create ``path`` (0600, never through a symlink) holding ``data``, without a temp name;
     False, writing nothing, if it exists. Only for a file no reader opens before a later step
     publishes it, so that a crash can leave it partial only where a start-up sweep removes it
@@ -507,7 +507,7 @@ def write_new(path: Path, data: bytes) -> bool:
     return True
 
 
-def read_small(path: Path, hint: int = 4096) -> bytes:
+def read_small(path: str | Path, hint: int = 4096) -> bytes:
     """The whole of a small file (a meta, a marker) in as few syscalls as the kernel allows:
     open, one read of ``hint`` bytes (a regular file's read is short only at its end), close.
     Path.read_text would also fstat, lseek and build a text wrapper, per object."""

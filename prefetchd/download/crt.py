@@ -3,12 +3,18 @@
 ``awscrt.s3.S3Client`` is used directly: boto3's ``preferred_transfer_client='crt'`` ignores
 ``endpoint_url`` (boto3/crt.py). Each object is one GET_OBJECT meta request; the CRT splits it into
 ranged GETs (see ``part_size`` below) and runs them on its own event-loop threads, outside the
-GIL. Bodies arrive through ``on_body`` in order and are written with ``pwrite`` into ``job.fd``,
-the ``.part`` file ``prepare()`` created exclusively (as the classic backend does, so the
-downloader's start-up sweep stays valid), and hashed as they arrive, so an MD5 ETag is checked
-without reading the file back. Verification is the classic backend's (``verify.settle``), run
-on ``FINISHERS`` threads of this transfer with a boto3 client of its own for the HEADs it may
-need.
+GIL. The CRT writes the body itself (``recv_filepath``), in order, into the ``.part`` file
+``prepare()`` created exclusively (as the classic backend does, so the downloader's start-up
+sweep stays valid) and keeps open for verification. No Python runs per body chunk: an
+``on_body`` callback took the GIL, and the CRT copied every chunk into a new ``bytes`` for it,
+per part (issue #12: small objects cost the daemon too much CPU each).
+
+Verification is the classic backend's (``verify.settle``: for an MD5 ETag, the file read back
+and hashed). An object verified without a request and at most ``INLINE_MAX`` bytes is finished
+on the event-loop thread that reported it, in its ``on_done``: handing it to another thread
+cost more GIL hand-overs (futex calls) than the work itself. Any other object goes to
+``FINISHERS`` threads of this transfer, with a boto3 client of its own for the HEADs it may
+need, so that neither a HEAD nor hashing a large file holds up an event loop.
 
 CRT settings, and why:
 
@@ -38,8 +44,8 @@ CRT settings, and why:
 
 from __future__ import annotations
 
+import errno
 import functools
-import hashlib
 import ipaddress
 import logging
 import os
@@ -62,9 +68,10 @@ from prefetchd.config import Config
 from prefetchd.download.finishers import Finishers
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.parts import object_part_size, slots_for
+from prefetchd.download.slots import Slots
 from prefetchd.download.store import make_client
 from prefetchd.download.store import session as store_session
-from prefetchd.download.verify import IntegrityError, SizeChanged, Verifier, settle, stored_size
+from prefetchd.download.verify import SizeChanged, Verifier, settle, stored_size
 from prefetchd.errors import ConfigError
 from prefetchd.layout import create_exclusive
 from prefetchd.logs import redact_url
@@ -77,6 +84,9 @@ MIN_MEMORY_LIMIT = 256 * 1024**2  # the CRT refuses less
 MAX_BACKOFF_S = 10  # a cancelled request still sits out its backoff before it reports
 SHUTDOWN_WAIT = 15.0  # seconds for cancelled requests to report, inside the supervisor's grace
 FINISHERS = 4  # threads that verify and hand over objects: a HEAD must not hold up the rest
+# The largest object finished on an event-loop thread (``_finishes_inline``): hashing 1 MiB
+# holds that loop's other connections up for about 2 ms.
+INLINE_MAX = 1024 * 1024
 
 # An S3 error body is XML; only its Code and Message are kept (never the request it echoes).
 _CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
@@ -146,10 +156,8 @@ class _Fetch:
     job: Job
     slots: int
     request: Any = None
-    received: int = 0  # body bytes written
-    hashed: int = 0  # body bytes fed to job.md5; the running hash stops at the first gap
-    # Set on an event-loop thread when the response says the object is not the listed size
-    # (or a body runs past it): no byte is written after that, and it becomes job.error.
+    # Set on an event-loop thread when the response says the object is not the listed size:
+    # the request is cancelled before its body is delivered, and this becomes job.error.
     refused: BaseException | None = None
 
 
@@ -163,7 +171,7 @@ class CrtTransfer:
         self._bucket = src.bucket
         self._part_size = dl.part_size
         self._concurrency = dl.concurrency
-        self._slots = threading.Semaphore(dl.concurrency)
+        self._slots = Slots(dl.concurrency)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
@@ -205,17 +213,16 @@ class CrtTransfer:
 
     def prepare(self, job: Job) -> None:
         """Create the temp file of ``job`` (main thread)."""
-        size = job.obj.size
         job.ranges = []  # the CRT plans the parts itself
         job.next_part = 0  # here: concurrency slots taken so far
         job.parts_left = 1
         job.error = None
         job.retries = 0  # the CRT does not report its retries to Python
         job.lookups = 0
-        job.md5 = hashlib.md5(usedforsecurity=False) if self._verifier.wants_md5(job.obj) else None
-        job.fd = create_exclusive(job.tmp, readable=True)  # read back if the hash had a gap
-        if size:
-            os.ftruncate(job.fd, size)
+        job.md5 = None  # the CRT writes the file: verification reads it back
+        # Created here, exclusively and private; the CRT opens the same name to write it and
+        # this descriptor stays open to verify what it wrote.
+        job.fd = create_exclusive(job.tmp, readable=True)
 
     def submit_parts(self, job: Job, timeout: float) -> bool:
         """Take ``job``'s slots as they free up, then start it; True once it is started."""
@@ -275,8 +282,8 @@ class CrtTransfer:
                 request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
                 max_active_connections_override=fetch.slots,
                 part_size=self._object_part_size(job),
+                recv_filepath=str(job.tmp),
                 on_headers=functools.partial(self._on_headers, fetch),
-                on_body=functools.partial(self._on_body, fetch),
                 on_done=functools.partial(self._on_done, fetch),
             )
         except Exception as exc:  # carried to the caller in job.error
@@ -307,7 +314,8 @@ class CrtTransfer:
         self, fetch: _Fetch, *, status_code: int, headers: list[tuple[str, str]], **_: Any
     ) -> None:
         """The first response's headers: the real size is checked before any body lands, so a
-        stale listed size can never push the window (the bytes on disk) past its limit."""
+        stale listed size (or a store that ignores the Range and answers with a larger whole
+        object) can never push the window (the bytes on disk) past its limit."""
         if status_code not in (200, 206):
             return
         named = {name.lower(): value for name, value in headers}
@@ -325,25 +333,6 @@ class CrtTransfer:
         if fetch.request is not None:
             fetch.request.cancel()
 
-    def _on_body(self, fetch: _Fetch, *, chunk: Any, offset: int, **_: Any) -> None:
-        job = fetch.job
-        data = memoryview(chunk)
-        if fetch.refused is not None:
-            return
-        if offset + len(data) > job.obj.size:  # a store without Content-Range totals
-            self._refuse(fetch, IntegrityError(f"body runs past the {job.obj.size} listed bytes"))
-            return
-        _pwrite_all(job.fd, data, offset)
-        with job.lock:
-            fetch.received += len(data)
-            if job.md5 is None:
-                return
-            if offset == fetch.hashed:
-                job.md5.update(data)
-                fetch.hashed += len(data)
-            else:
-                job.md5 = None  # out of order: verification reads the file back
-
     def _on_done(
         self,
         fetch: _Fetch,
@@ -358,24 +347,36 @@ class CrtTransfer:
             job.error = fetch.refused  # whatever the cancelled request reports
         elif error is not None:
             job.error = store_error(error, status_code, error_body)
-        elif fetch.received != job.obj.size:
-            job.error = IntegrityError(f"body ended after {fetch.received} of {job.obj.size} bytes")
+        # A body shorter than the listed size fails verification (the file's size).
+        if self._finishes_inline(job):
+            self._finish(fetch)
+            return
         try:
             self._finisher.submit(self._finish, fetch)
         except RuntimeError:  # shut down after waiting too long for this request
             self._finish(fetch)
 
-    # --- finisher thread ----------------------------------------------------------------------
+    def _finishes_inline(self, job: Job) -> bool:
+        """Whether ``job`` is finished on the event-loop thread that reported it: failed (only
+        the file is closed), or small and verified without a request. A HEAD, or hashing a
+        large file, goes to the finisher threads instead."""
+        if job.error is not None:
+            return True
+        return job.obj.size <= INLINE_MAX and not self._verifier.needs_request(job)
+
+    # --- finishing: on an event-loop thread (``_finishes_inline``) or a finisher thread ------
 
     def _finish(self, fetch: _Fetch) -> None:
+        """Verify ``fetch``'s object, hand it over (``done``), then free its slots: the main
+        loop, waiting for a slot, then wakes once and finds the object already handed over."""
         job = fetch.job
         try:
             settle(job, self._verifier)
         finally:
-            self._slots.release(fetch.slots)
             try:
                 self._done(job)
             finally:
+                self._slots.release(fetch.slots)
                 with self._idle:
                     self._active.pop(id(job), None)
                     self._idle.notify_all()
@@ -404,6 +405,10 @@ def store_error(error: BaseException, status: int | None, body: bytes | None) ->
         "AWS_AUTH_CREDENTIALS_PROVIDER"
     ):
         return botocore.exceptions.NoCredentialsError()
+    if _crt_name(error) == "AWS_ERROR_NO_SPACE":
+        # The CRT writes the file (recv_filepath): a full cache dir is the ENOSPC the
+        # downloader pauses on, as when Python wrote it.
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return error
 
 
@@ -413,13 +418,6 @@ def _crt_name(error: BaseException) -> str:
 
 def _text(match: re.Match[bytes]) -> str:
     return match.group(1).decode("utf-8", "replace")
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while data:
-        written = os.pwrite(fd, data, offset)
-        data = data[written:]
-        offset += written
 
 
 def _resolved_url(session: botocore.session.Session, region: str) -> str:

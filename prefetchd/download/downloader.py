@@ -123,6 +123,9 @@ class Downloader:
         self.pause_reason: str | None = None
         self.faults_since = 0.0  # monotonic time of the first of the consecutive faults
         self._probe_client: S3Client | None = None
+        # Joined per object as text: a pathlib join and its str() cost more than the syscall.
+        self._meta_dir = str(self.layout.cache_meta)
+        self._ready_dir = str(self.layout.cache_ready)
         self._probed: tuple[float, bool] = (-PROBE_INTERVAL, False)  # (when, readable)
         self.counters = ctx.counters = DownloaderCounters(
             objects_downloaded=0,
@@ -652,9 +655,9 @@ class Downloader:
         # logged, which the start-up sweep removes (_recover). A meta that exists (a refetch
         # of a logged object, rewritten once verified) is replaced atomically: a crash must
         # not leave a logged object with a partial meta.
-        path, data = self.layout.cache_meta / f"{job.name}.json", json.dumps(meta).encode()
+        path, data = f"{self._meta_dir}/{job.name}.json", json.dumps(meta).encode()
         if not write_new(path, data):
-            write_atomic(path, data)
+            write_atomic(Path(path), data)
 
     def _try_publish(self, job: Job) -> OSError | None:
         """Publish; a full cache disk (ENOSPC) is returned as the job's error, to be retried
@@ -677,7 +680,7 @@ class Downloader:
         if self.keeper is not None:
             room = self.window.limit - self.window.used
             self.keeper.downloaded(job.epoch, job.obj, job.tmp, reserve=max(0, room))
-        os.rename(job.tmp, self.layout.cache_ready / job.name)
+        os.rename(job.tmp, f"{self._ready_dir}/{job.name}")
         self.counters["objects_downloaded"] += 1
         self.counters["bytes_downloaded"] += job.obj.size
         self._mark_done(job)

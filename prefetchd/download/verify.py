@@ -101,6 +101,15 @@ class Verifier:
         TFRecord CRC check."""
         return is_plain_md5(obj.etag) and not records_checked(self._format, obj.key)
 
+    def needs_request(self, job: Job) -> bool:
+        """Whether ``verify(job)`` may ask the store (a HEAD): neither TFRecord CRCs nor a plain
+        MD5 ETag cover the object, and what does was not learnt on an earlier fetch — or was,
+        but that fetch hashed wrong and the part sizes may have to be confirmed (``_check``)."""
+        obj = job.obj
+        if records_checked(self._format, obj.key) or is_plain_md5(obj.etag):
+            return False
+        return not job.looked_up or job.bad_digest is not None
+
     def verify(self, job: Job) -> None:
         """Check that ``job.fd`` (still open) holds the listed object. ``job.md5`` is a running
         MD5 of the whole body, or None to read the file back. Raises ``IntegrityError``, or the

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefetchd.budget import Interrupted, RamBudget, ram_chunk
-from prefetchd.inotify import IN_MOVED_TO, Watch
+from prefetchd.inotify import IN_MOVED_TO, Event, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
     epoch_prefix,
@@ -190,6 +190,10 @@ class Writer:
         self.normal_hold = 2 * self.shuffle_bytes + 2 * BATCH_BYTES
         self.oldest_epoch = 0  # lowest epoch not yet complete, as far as this writer knows
         self.prefix = writer_claim_prefix(index)
+        # Joined per object as text: a pathlib join and its str() cost more than the syscall.
+        self._ready_dir = str(self.layout.cache_ready)
+        self._claimed_prefix = f"{self.layout.cache_claimed}/{self.prefix}"
+        self._meta_dir = str(self.layout.cache_meta)
         self.journal = Journal(self.layout.journal / f"w{index}.log")
         self.attempts = ParseAttempts(self.layout.journal / f"w{index}.parsing")
         self.open: list[OpenObject] = []
@@ -203,6 +207,7 @@ class Writer:
         self.commit = CommitState()
         self.listing: list[str] = []
         self.listed_at = 0.0
+        self.arrived: list[str] = []  # renamed into ready/ (inotify) since ``listing`` was made
         self.arrivals: Watch | None = None  # renames into ready/, while run() runs
         self.last_input = time.monotonic()
         self.fill_since: float | None = None  # since when fewer than output.mix are open
@@ -514,10 +519,7 @@ class Writer:
                 self.shard_epoch = None
             self.listing.pop(0)
             try:
-                os.rename(
-                    self.layout.cache_ready / name,
-                    self._claimed_path(name),
-                )
+                os.rename(f"{self._ready_dir}/{name}", f"{self._claimed_prefix}{name}")
             except FileNotFoundError:
                 continue  # another writer was faster
             return name
@@ -552,34 +554,52 @@ class Writer:
         return bool(self.listing) and self.listing[0] == name
 
     def _wait_for_arrivals(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for an object to be renamed into ready/; if one was,
-        list ready/ again at the next claim (these events are consumed here)."""
+        """Wait up to ``timeout`` seconds for an object to be renamed into ready/; the names
+        that were are claimed next (these events are consumed here)."""
         assert self.arrivals is not None
-        if self.arrivals.read(timeout=timeout):
-            self.listed_at = 0.0
+        self._note_arrivals(self.arrivals.read(timeout=timeout))
+
+    def _note_arrivals(self, events: list[Event]) -> bool:
+        """Keep the names inotify reported for the next claim; after an overflow (events were
+        lost) the next claim lists ready/ instead. Whether anything arrived."""
+        for event in events:
+            if event.overflow:
+                self.listed_at = 0.0
+            else:
+                self.arrived.append(event.name)
+        return bool(events)
 
     def _list(self, *, force: bool = False) -> None:
-        """Refresh ``listing`` (ready/, sorted) when it is stale, or used up while inotify says
-        something arrived since. Not on every claim that finds it empty: a writer that keeps up
-        with the downloader finds it so on almost every loop, and listing ready/ each time was
-        most of a writer's syscalls per small object. An event lost to an overflow still
-        lists again (an overflow is an event), a missed one after ``LISTING_MAX_AGE``."""
+        """Refresh ``listing`` (ready/, sorted) when it is stale, or add the names inotify
+        reported since. ready/ is listed only when forced, when the listing is
+        ``LISTING_MAX_AGE`` old (an event missed), after an overflow, or without a watch: a
+        writer that keeps up with the downloader found the listing empty on almost every loop,
+        and listing ready/ again for each arrival (both writers, each arrival) was most of a
+        writer's syscalls per small object."""
         now = time.monotonic()
         stale = now - self.listed_at > LISTING_MAX_AGE
-        if force or stale or (not self.listing and self._arrived()):
+        if force or stale or (self.arrivals is None and not self.listing):
             self.listing = sorted(os.listdir(self.layout.cache_ready))
             self.listed_at = now
+            self.arrived.clear()
+            return
+        if not self.listing:
+            self._arrived()
+        if self.arrived:
+            # Names another writer has claimed since stay in the list: its rename fails.
+            self.listing = sorted({*self.listing, *self.arrived})
+            self.arrived.clear()
 
     def _arrived(self) -> bool:
         """Whether anything was renamed into ready/ since the last look (always, unwatched)."""
-        return self.arrivals is None or bool(self.arrivals.read_now())
+        return self.arrivals is None or self._note_arrivals(self.arrivals.read_now())
 
     def _claimed_path(self, name: str) -> Path:
         return self.layout.cache_claimed / writer_claim_name(self.index, name)
 
     def _open(self, name: str, *, resume_at: int) -> None:
         path = self._claimed_path(name)
-        meta_path = self.layout.cache_meta / f"{name}.json"
+        meta_path = f"{self._meta_dir}/{name}.json"
         parsed = parse_object_name(name)
         assert parsed is not None
         try:
@@ -730,10 +750,7 @@ class Writer:
         self.shard = None
 
     def _delete_raw(self, name: str) -> None:
-        for path in (
-            self.layout.cache_meta / f"{name}.json",
-            self._claimed_path(name),
-        ):
+        for path in (f"{self._meta_dir}/{name}.json", f"{self._claimed_prefix}{name}"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 

@@ -26,6 +26,7 @@ from prefetchd.download.order import SourceObject
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import TMP_SUFFIX, Layout, key_hash, object_name
 from prefetchd.supervise.child import ChildContext
+from prefetchd.write import writer as writer_module
 from prefetchd.write.writer import Writer
 from tests.unit.configs import unit_config
 
@@ -183,3 +184,33 @@ def test_a_writer_waiting_on_an_empty_ready_dir_lists_it_only_when_something_arr
             name = writer._claim_next()  # the arrival is seen at once, not after a timeout
     assert name is not None
     assert os.listdir(layout.cache_claimed) == [writer._claimed_path(name).name]
+
+
+def test_a_writer_claims_each_arrival_by_the_name_inotify_gave_without_listing_ready(
+    config: Config, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The regression: every arrival made both writers list ready/ again (open, fstat, two
+    # getdents, close: 5 syscalls per object per writer) to find the one name inotify had
+    # already reported. The age limit of a listing (a missed event) is lifted here so that
+    # the count does not depend on how fast this runs.
+    monkeypatch.setattr(writer_module, "LISTING_MAX_AGE", 3600.0)
+    writer = Writer(ChildContext("writer-0", config), 0)
+    downloader = Downloader(ChildContext("downloader", config))
+    with Watch(layout.cache_ready, IN_MOVED_TO) as arrivals:
+        writer.arrivals = arrivals
+        assert writer._claim_next() is None  # the first look lists ready/ (empty)
+        claimed = []
+        with Syscalls(monkeypatch).counting() as syscalls:
+            for job in fetched_jobs(config, layout, downloader):
+                downloader._transfer_done(job)
+                downloader._drain_results()  # one object published...
+                writer._wait_for_arrivals(timeout=5)
+                name = writer._claim_next()  # ...and claimed by the name inotify gave
+                assert name == job.name
+                claimed.append(name)
+            assert syscalls.calls["listdir"] == 0
+            assert writer._claim_next() is None  # nothing left, and still no listing
+            assert syscalls.calls["listdir"] == 0
+    assert sorted(os.listdir(layout.cache_claimed)) == sorted(
+        writer._claimed_path(name).name for name in claimed
+    )

@@ -1,0 +1,48 @@
+"""The crt transfer's request slots: a counting semaphore taken by one thread and given back by any.
+
+``threading.Semaphore`` would do, but it is Python code around a ``Condition``: each wait
+allocates a lock and each release walks the waiter list, and the release runs once per object,
+on the thread that finished it, holding the GIL the main loop waits for. With thousands of
+small objects a second, that showed in the downloader's CPU per object (issue #12). Here a
+release is one put on a C ``SimpleQueue``, and the taker keeps the count.
+"""
+
+from __future__ import annotations
+
+import queue
+
+
+class Slots:
+    """``total`` slots. ``acquire`` may be called from one thread only (the downloader's main
+    loop); ``release`` from any thread."""
+
+    def __init__(self, total: int) -> None:
+        self._free = total  # only the acquiring thread reads and writes it
+        self._returned: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def acquire(self, timeout: float) -> bool:
+        """Take one slot, waiting up to ``timeout`` seconds for one to be released; False if
+        none was."""
+        if not self._free:
+            self._collect()
+        if not self._free and timeout > 0:
+            try:
+                self._free += self._returned.get(timeout=timeout)
+            except queue.Empty:
+                return False
+        if not self._free:
+            return False
+        self._free -= 1
+        return True
+
+    def release(self, count: int) -> None:
+        """Give ``count`` slots back (any thread)."""
+        self._returned.put(count)
+
+    def _collect(self) -> None:
+        """Add every slot released so far without waiting."""
+        while True:
+            try:
+                self._free += self._returned.get_nowait()
+            except queue.Empty:
+                return
