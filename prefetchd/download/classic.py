@@ -1,4 +1,4 @@
-"""The classic transfer client: boto3 ``get_object`` calls in a bounded thread pool.
+"""The classic transfer client: botocore ``get_object`` calls in a bounded thread pool.
 
 Small objects are one GET each, many at once; objects larger than ``download.part_size`` are
 split into ranged GETs that run in parallel and write into the same pre-sized file with
