@@ -13,8 +13,8 @@ Verification is the classic backend's (``verify.settle``: for an MD5 ETag, the f
 and hashed). An object verified without a request and at most ``INLINE_MAX`` bytes is finished
 on the event-loop thread that reported it, in its ``on_done``: handing it to another thread
 cost more GIL hand-overs (futex calls) than the work itself. Any other object goes to
-``FINISHERS`` threads of this transfer, with a boto3 client of its own for the HEADs it may
-need, so that neither a HEAD nor hashing a large file holds up an event loop.
+``FINISHERS`` threads of this transfer, with a botocore client of its own for the HEADs it
+may need, so that neither a HEAD nor hashing a large file holds up an event loop.
 
 CRT settings, and why:
 

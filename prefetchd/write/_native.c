@@ -68,6 +68,17 @@ static PyObject *framing_error(uint64_t offset, const char *reason) {
     return NULL;
 }
 
+/* Raise the framing error of a frame at `offset` whose data and footer are not all there. */
+static PyObject *truncated_error(uint64_t offset, uint64_t length) {
+    PyObject *msg = PyUnicode_FromFormat("truncated record (expected %llu bytes of data)",
+                                         (unsigned long long)length);
+    if (msg != NULL) {
+        framing_error(offset, PyUnicode_AsUTF8(msg));
+        Py_DECREF(msg);
+    }
+    return NULL;
+}
+
 /* --- protobuf: tf.train.Example with bytes and int64 features -------------------------- */
 
 typedef struct {
@@ -766,12 +777,7 @@ static PyObject *index_file(PyObject *self, PyObject *args) {
         }
         last = get_u64(h);
         if (last > size || pos + OVERHEAD + last > size) {
-            PyObject *msg = PyUnicode_FromFormat("truncated record (expected %llu bytes of data)",
-                                                 (unsigned long long)last);
-            if (msg != NULL) {
-                framing_error(pos, PyUnicode_AsUTF8(msg));
-                Py_DECREF(msg);
-            }
+            truncated_error(pos, last);
             goto fail;
         }
         if (n == cap) {
@@ -908,7 +914,8 @@ static PyObject *check_file(PyObject *self, PyObject *args) {
     reader_t r = {fd, size, 0, 0, PyMem_RawMalloc(CHECK_CHUNK), 0};
     if (r.buf == NULL) return PyErr_NoMemory();
     uint64_t pos = 0, length = 0;
-    const char *fault = NULL;
+    const char *fault = NULL; /* the first fault found, or */
+    int truncated = 0;        /* the frame at pos ends past the file */
     Py_BEGIN_ALLOW_THREADS
     uint8_t h[HEADER], f[4];
     while (pos < size) {
@@ -922,13 +929,13 @@ static PyObject *check_file(PyObject *self, PyObject *args) {
         }
         length = get_u64(h);
         if (length > size || size - pos - OVERHEAD < length) {
-            fault = "truncated";
+            truncated = 1;
             break;
         }
         uint32_t crc = 0;
         if (!crc_range(&r, pos + HEADER, length, &crc, NULL) ||
             !crc_range(&r, pos + HEADER + length, 4, NULL, f)) {
-            fault = "truncated";
+            truncated = 1;
             break;
         }
         if (mask(crc) != get_u32(f)) {
@@ -943,15 +950,9 @@ static PyObject *check_file(PyObject *self, PyObject *args) {
         errno = r.err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    if (fault == NULL) Py_RETURN_NONE;
-    if (strcmp(fault, "truncated") != 0) return framing_error(pos, fault);
-    PyObject *msg = PyUnicode_FromFormat("truncated record (expected %llu bytes of data)",
-                                         (unsigned long long)length);
-    if (msg != NULL) {
-        framing_error(pos, PyUnicode_AsUTF8(msg));
-        Py_DECREF(msg);
-    }
-    return NULL;
+    if (truncated) return truncated_error(pos, length);
+    if (fault != NULL) return framing_error(pos, fault);
+    Py_RETURN_NONE;
 }
 
 /* --- reordering: take frames of several batches in a given order ------------------------ */

@@ -57,7 +57,6 @@ from prefetchd.layout import (
     parse_shard_name,
     read_small,
     shard_name,
-    writer_claim_name,
     writer_claim_prefix,
 )
 from prefetchd.ledger import record_published
@@ -519,7 +518,7 @@ class Writer:
                 self.shard_epoch = None
             self.listing.pop(0)
             try:
-                os.rename(f"{self._ready_dir}/{name}", f"{self._claimed_prefix}{name}")
+                os.rename(f"{self._ready_dir}/{name}", self._claimed(name))
             except FileNotFoundError:
                 continue  # another writer was faster
             return name
@@ -594,11 +593,12 @@ class Writer:
         """Whether anything was renamed into ready/ since the last look (always, unwatched)."""
         return self.arrivals is None or self._note_arrivals(self.arrivals.read_now())
 
-    def _claimed_path(self, name: str) -> Path:
-        return self.layout.cache_claimed / writer_claim_name(self.index, name)
+    def _claimed(self, name: str) -> str:
+        """Where ``name`` lies once this writer claimed it (joined as text: per object)."""
+        return f"{self._claimed_prefix}{name}"
 
     def _open(self, name: str, *, resume_at: int) -> None:
-        path = self._claimed_path(name)
+        path = Path(self._claimed(name))
         meta_path = f"{self._meta_dir}/{name}.json"
         parsed = parse_object_name(name)
         assert parsed is not None
@@ -750,7 +750,7 @@ class Writer:
         self.shard = None
 
     def _delete_raw(self, name: str) -> None:
-        for path in (f"{self._meta_dir}/{name}.json", f"{self._claimed_prefix}{name}"):
+        for path in (f"{self._meta_dir}/{name}.json", self._claimed(name)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 

@@ -183,7 +183,7 @@ def test_a_writer_waiting_on_an_empty_ready_dir_lists_it_only_when_something_arr
             downloader._drain_results()
             name = writer._claim_next()  # the arrival is seen at once, not after a timeout
     assert name is not None
-    assert os.listdir(layout.cache_claimed) == [writer._claimed_path(name).name]
+    assert os.listdir(layout.cache_claimed) == [Path(writer._claimed(name)).name]
 
 
 def test_a_writer_claims_each_arrival_by_the_name_inotify_gave_without_listing_ready(
@@ -212,5 +212,5 @@ def test_a_writer_claims_each_arrival_by_the_name_inotify_gave_without_listing_r
             assert writer._claim_next() is None  # nothing left, and still no listing
             assert syscalls.calls["listdir"] == 0
     assert sorted(os.listdir(layout.cache_claimed)) == sorted(
-        writer._claimed_path(name).name for name in claimed
+        Path(writer._claimed(name)).name for name in claimed
     )
