@@ -358,11 +358,13 @@ def read_ids(path: str | os.PathLike[str]) -> list[int]:
 
 
 def make_client(endpoint_url: str | None, region: str | None = None) -> S3Client:
-    """A boto3 S3 client for ``endpoint_url`` (path-style addressing, credentials from the env)."""
+    """A boto3 S3 client for ``endpoint_url`` (path-style addressing, credentials from the env
+    as it is now: a session of its own, not boto3's default one, which keeps the credentials it
+    first resolved — moto takes any, SeaweedFS only those it started with)."""
     import boto3
     from botocore.config import Config
 
-    return boto3.client(
+    return boto3.session.Session().client(
         "s3",
         endpoint_url=endpoint_url,
         region_name=region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",

@@ -92,7 +92,9 @@ def _wait_for_bucket_api(endpoint: str) -> None:
     import boto3
     from botocore.config import Config
 
-    client = boto3.client(
+    # A session of its own: boto3's default one keeps the credentials it first resolved, and
+    # SeaweedFS takes the ones in the environment it started with as its admin's.
+    client = boto3.session.Session().client(
         "s3", endpoint_url=endpoint, config=Config(retries={"mode": "standard", "max_attempts": 1})
     )
     deadline = time.monotonic() + START_TIMEOUT

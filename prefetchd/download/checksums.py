@@ -23,7 +23,7 @@ import binascii
 import hashlib
 import re
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -117,6 +117,23 @@ def parse_checksum(
     else:
         composite = etag_parts is not None and algorithm != "CRC64NVME"
     return StoredChecksum(algorithm, digest, composite, parts)
+
+
+def response_checksum(headers: Mapping[str, str], etag: str | None) -> StoredChecksum | None:
+    """The whole object's checksum that a GET answered with (``x-amz-checksum-mode: ENABLED``;
+    ``headers`` by lower-case name), if it is a valid FULL_OBJECT one; None otherwise. S3 and
+    SeaweedFS send it only for a GET of the whole object (no Range, no partNumber); a COMPOSITE
+    one needs the part sizes, which only HEADs tell (``verify.Verifier``)."""
+    parts = multipart_etag(etag)
+    for algorithm in ALGORITHMS:
+        value = headers.get(f"x-amz-checksum-{algorithm.lower()}")
+        if not value:
+            continue
+        stated = headers.get("x-amz-checksum-type")
+        stored = parse_checksum(algorithm, value, stated, parts[1] if parts else None)
+        if stored is not None and not stored.composite:
+            return stored
+    return None
 
 
 def part_layout(size: int, parts: int, first: int) -> tuple[int, ...] | None:

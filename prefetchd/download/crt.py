@@ -26,6 +26,12 @@ CRT settings, and why:
   connections, so one object takes them all and objects complete early and in order.
 - A ``Range`` header for the whole object (its size is known from the listing): the CRT then
   starts every part at once instead of fetching part 1 alone first to learn the size.
+- An object that fits in one part is one plain GET (``S3RequestType.DEFAULT``, no Range) with
+  ``x-amz-checksum-mode: ENABLED``: the store answers with the whole object's checksum (S3: what
+  it stores for every object; SeaweedFS: the CRC32 boto3 uploads with), and verification checks
+  that CRC instead of hashing the file with MD5 (``verify``). A GET_OBJECT meta request cannot
+  do this in one request: without a Range it asks for part 1 as a range (no checksum), and its
+  own full-object validation sends a HEAD first.
 - ``memory_limit``: max(256 MiB, 2 x concurrency x part_size). The CRT buffers whole parts; its
   default (2 GiB and up) follows ``throughput_target_gbps``, not what this daemon is told to
   hold. 256 MiB is the least the CRT accepts.
@@ -39,7 +45,8 @@ CRT settings, and why:
 - ``connect_timeout_ms``: 10 s, like the classic client.
 - No CRT checksum validation: ranged parts carry no checksum, and the full-object mode may add a
   HeadObject per object; ``verify.Verifier`` checks every object like the classic backend, with
-  a request only for objects neither an MD5 ETag nor TFRecord CRCs cover.
+  a request only for objects that neither the GET's checksum, an MD5 ETag nor TFRecord CRCs
+  cover.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ import botocore.session
 from botocore.credentials import RefreshableCredentials
 
 from prefetchd.config import Config
+from prefetchd.download.checksums import response_checksum
 from prefetchd.download.finishers import Finishers
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.parts import object_part_size, slots_for
@@ -220,6 +228,7 @@ class CrtTransfer:
         job.retries = 0  # the CRT does not report its retries to Python
         job.lookups = 0
         job.md5 = None  # the CRT writes the file: verification reads it back
+        job.answered = None
         # Created here, exclusively and private; the CRT opens the same name to write it and
         # this descriptor stays open to verify what it wrote.
         job.fd = create_exclusive(job.tmp, readable=True)
@@ -272,13 +281,19 @@ class CrtTransfer:
         headers = awscrt.http.HttpHeaders([("Host", self._endpoint.host)])
         if job.obj.etag:
             headers.add("If-Match", f'"{job.obj.etag}"')
-        if job.obj.size:
+        kind = awscrt.s3.S3RequestType.GET_OBJECT
+        if 0 < job.obj.size <= self._object_part_size(job):
+            # One plain GET, answered with the object's checksum (a CRC to check, not an MD5).
+            kind = awscrt.s3.S3RequestType.DEFAULT
+            headers.add("x-amz-checksum-mode", "ENABLED")
+        elif job.obj.size:
             # The whole object as an explicit range: the CRT then starts every part at once,
             # instead of fetching part 1 alone to learn the size the listing already gave.
             headers.add("Range", f"bytes=0-{job.obj.size - 1}")
         try:
             fetch.request = self._client.make_request(
-                type=awscrt.s3.S3RequestType.GET_OBJECT,
+                type=kind,
+                operation_name="GetObject",
                 request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
                 max_active_connections_override=fetch.slots,
                 part_size=self._object_part_size(job),
@@ -315,14 +330,18 @@ class CrtTransfer:
     ) -> None:
         """The first response's headers: the real size is checked before any body lands, so a
         stale listed size (or a store that ignores the Range and answers with a larger whole
-        object) can never push the window (the bytes on disk) past its limit."""
+        object) can never push the window (the bytes on disk) past its limit. A whole-object
+        GET's checksum is kept for verification."""
         if status_code not in (200, 206):
             return
+        job = fetch.job
         named = {name.lower(): value for name, value in headers}
         length = named.get("content-length", "")
         actual = stored_size(named.get("content-range"), int(length) if length.isdigit() else None)
-        if actual is not None and actual != fetch.job.obj.size:
-            self._refuse(fetch, SizeChanged(fetch.job.obj.size, actual))
+        if actual is not None and actual != job.obj.size:
+            self._refuse(fetch, SizeChanged(job.obj.size, actual))
+        elif status_code == 200:
+            job.answered = response_checksum(named, job.obj.etag)
 
     def _refuse(self, fetch: _Fetch, error: BaseException) -> None:
         """Stop writing ``fetch``'s bodies, and the request itself if it is started yet."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefetchd.download.checksums import Expected
+from prefetchd.download.checksums import Expected, StoredChecksum
 from prefetchd.download.order import SourceObject
 
 
@@ -39,6 +39,9 @@ class Job:
     error: BaseException | None = None
     retries: int = 0
     md5: Any = None
+    # The whole object's checksum its GET answered with (crt, objects fetched in one request):
+    # verification checks it, a CRC, instead of the MD5 an ETag would take (``verify``).
+    answered: StoredChecksum | None = None
     lookups: int = 0  # HEAD requests this fetch made to learn how to verify it
     # What verifying it takes, learnt once and kept across re-fetches (``verify.Verifier``):
     looked_up: bool = False

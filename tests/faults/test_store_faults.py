@@ -101,7 +101,7 @@ def test_transient_errors_resets_short_bodies_and_stalls_are_retried(
     proxy: FaultProxy,
 ) -> None:
     dataset = upload("tfrecord", SIZES, seed=11)
-    whole = client == "classic"  # the CRT sends only ranged GETs, even for small objects
+    whole = client == "classic"  # the CRT: ranged GETs for the objects of several parts
     for rule in (
         Rule("error", status=500, code="InternalError", times=3),
         Rule("error", status=502, code="BadGateway", times=2),

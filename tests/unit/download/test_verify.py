@@ -13,7 +13,7 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
-from prefetchd.download.checksums import digest_of
+from prefetchd.download.checksums import digest_of, parse_checksum
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
 from prefetchd.download.verify import IntegrityError, Verifier
@@ -83,6 +83,45 @@ def test_single_part_objects_cost_no_request(fetched: Any) -> None:
     with pytest.raises(IntegrityError, match="MD5"):
         Verifier(store, "b", "raw").verify(bad)
     assert store.heads == [] and job.lookups == 0 and job.unverified is None
+
+
+def test_a_checksum_the_get_answered_with_is_checked_instead_of_the_md5(fetched: Any) -> None:
+    """The crt client's single-request GETs ask for the object's checksum: a CRC of the file
+    (CRC32: 4 times cheaper than an MD5, CRC32C 30 times), no request, and the MD5 not hashed
+    (here an ETag the bytes do not match would fail it)."""
+    store = FakeStore([BODY])
+    verifier = Verifier(store, "b", "raw")
+    for algorithm in ("CRC32", "CRC32C", "CRC64NVME", "SHA256"):
+        stored = parse_checksum(algorithm, b64(digest_of([BODY], algorithm)), None, None)
+        job = fetched(BODY, "f" * 32)
+        job.answered = stored
+        assert not verifier.needs_request(job)
+        verifier.verify(job)
+        bad = fetched(flipped(BODY, 7000), "f" * 32)
+        bad.answered = stored
+        with pytest.raises(IntegrityError, match=f"x-amz-checksum-{algorithm.lower()} of the GET"):
+            verifier.verify(bad)
+    # A multipart object needs no HEAD either when its GET carried a whole-object checksum.
+    job = fetched(BODY, multipart_etag(PARTS))
+    job.answered = parse_checksum("CRC32C", b64(digest_of([BODY], "CRC32C")), None, None)
+    assert not verifier.needs_request(job)
+    verifier.verify(job)
+    assert store.heads == [] and job.lookups == 0 and job.unverified is None
+
+
+def test_tfrecord_crcs_that_fail_are_told_apart_by_the_gets_checksum(fetched: Any) -> None:
+    """As with an MD5 ETag: bytes the store holds that way are published (for the writer to
+    quarantine), bytes changed in transit are fetched again."""
+    stored = flipped(RECORDS, 5000)
+    verifier = Verifier(FakeStore([stored]), "b", "tfrecord")
+    job = fetched(stored, "0" * 32 + "-2", key="x.tfrecord")
+    job.answered = parse_checksum("CRC32", b64(digest_of([stored], "CRC32")), None, None)
+    verifier.verify(job)
+    assert not job.records_ok
+    bad = fetched(stored, "0" * 32 + "-2", key="x.tfrecord")
+    bad.answered = parse_checksum("CRC32", b64(digest_of([RECORDS], "CRC32")), None, None)
+    with pytest.raises(IntegrityError, match="x-amz-checksum-crc32"):
+        verifier.verify(bad)
 
 
 RECORDS = b"".join(frame(os.urandom(n)) for n in (3000, 1, 7000, 500))
