@@ -399,6 +399,11 @@ class CrtTransfer:
                 with self._idle:
                     self._active.pop(id(job), None)
                     self._idle.notify_all()
+                # The request's callbacks hold ``fetch``: a cycle only the cyclic GC would
+                # free, after the in-flight ones were promoted to its oldest generation, whose
+                # every collection then walked thousands of them. The CRT holds the request
+                # itself until it is done.
+                fetch.request = None
 
 
 def store_error(error: BaseException, status: int | None, body: bytes | None) -> BaseException:
