@@ -12,6 +12,7 @@ object.
 from __future__ import annotations
 
 import collections
+import gc
 import hashlib
 import queue
 import random
@@ -33,7 +34,7 @@ pytest.importorskip("awscrt")
 
 import awscrt.s3
 
-from prefetchd.download.crt import CrtTransfer
+from prefetchd.download.crt import CrtTransfer, _Fetch
 from prefetchd.download.finishers import Finishers
 
 BUCKET = "prefetchd-small-object-cost"
@@ -148,3 +149,22 @@ def test_a_small_object_costs_no_python_per_body_chunk_and_no_thread_hop(
     assert counted.calls["submit"] == 0
     # Every object was verified (its MD5 against its ETag: tests/unit/download/test_verify.py).
     assert counted.calls["verify"] == OBJECTS
+
+
+def test_a_finished_object_leaves_nothing_for_the_cyclic_gc(
+    endpoint: str, stored: dict[str, bytes], tmp_path: Path
+) -> None:
+    """A request's callbacks hold its fetch, and the fetch held the request: a cycle per object
+    that only the cyclic GC freed, once the in-flight ones had reached its oldest generation,
+    whose every collection then walked thousands of them (issue #12 bar 2). With the GC off,
+    nothing of a finished object's request is left."""
+    objs = [listed(key, body) for key, body in stored.items()]
+    gc.collect()
+    gc.disable()
+    try:
+        jobs = fetch_all(make_config(tmp_path, endpoint), objs, tmp_path)
+        assert all(job.error is None for job in jobs)
+        left = [o for o in gc.get_objects() if isinstance(o, (_Fetch, awscrt.s3.S3Request))]
+    finally:
+        gc.enable()
+    assert left == []
