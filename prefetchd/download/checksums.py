@@ -121,15 +121,16 @@ def parse_checksum(
 
 def response_checksum(headers: Mapping[str, str], etag: str | None) -> StoredChecksum | None:
     """The whole object's checksum that a GET answered with (``x-amz-checksum-mode: ENABLED``;
-    ``headers`` by lower-case name), if it is a valid FULL_OBJECT one; None otherwise. S3 and
+    ``headers`` by lower-case name), if it is a valid FULL_OBJECT one this process can compute;
+    None otherwise. S3 and
     SeaweedFS send it only for a GET of the whole object (no Range, no partNumber); a COMPOSITE
     one needs the part sizes, which only HEADs tell (``verify.Verifier``)."""
     parts = multipart_etag(etag)
+    stated = headers.get("x-amz-checksum-type")
     for algorithm in ALGORITHMS:
         value = headers.get(f"x-amz-checksum-{algorithm.lower()}")
-        if not value:
+        if not value or unavailable(algorithm) is not None:
             continue
-        stated = headers.get("x-amz-checksum-type")
         stored = parse_checksum(algorithm, value, stated, parts[1] if parts else None)
         if stored is not None and not stored.composite:
             return stored
@@ -166,6 +167,15 @@ def new_hasher(algorithm: str) -> Hasher:
 
 class UnavailableAlgorithm(Exception):
     """This process cannot compute the algorithm (CRC64NVME needs awscrt)."""
+
+
+def unavailable(algorithm: str) -> str | None:
+    """Why this process cannot compute ``algorithm`` (``UnavailableAlgorithm``), or None."""
+    try:
+        new_hasher(algorithm)
+    except UnavailableAlgorithm as exc:
+        return str(exc)
+    return None
 
 
 def digest_of(chunks: Iterable[bytes | memoryview], algorithm: str) -> bytes:

@@ -281,8 +281,8 @@ class CrtTransfer:
         headers = awscrt.http.HttpHeaders([("Host", self._endpoint.host)])
         if job.obj.etag:
             headers.add("If-Match", f'"{job.obj.etag}"')
-        kind = awscrt.s3.S3RequestType.GET_OBJECT
-        if 0 < job.obj.size <= self._object_part_size(job):
+        kind, part = awscrt.s3.S3RequestType.GET_OBJECT, self._object_part_size(job)
+        if 0 < job.obj.size <= part:
             # One plain GET, answered with the object's checksum (a CRC to check, not an MD5).
             kind = awscrt.s3.S3RequestType.DEFAULT
             headers.add("x-amz-checksum-mode", "ENABLED")
@@ -296,7 +296,7 @@ class CrtTransfer:
                 operation_name="GetObject",
                 request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
                 max_active_connections_override=fetch.slots,
-                part_size=self._object_part_size(job),
+                part_size=part,
                 recv_filepath=str(job.tmp),
                 on_headers=functools.partial(self._on_headers, fetch),
                 on_done=functools.partial(self._on_done, fetch),

@@ -42,15 +42,14 @@ from prefetchd.download.checksums import (
     MD5,
     Expected,
     StoredChecksum,
-    UnavailableAlgorithm,
     composite,
     digest_of,
     is_plain_md5,
     multipart_etag,
-    new_hasher,
     parse_checksum,
     part_layout,
     records_checked,
+    unavailable,
 )
 from prefetchd.tfrecord import FramingError
 from prefetchd.write import core
@@ -144,10 +143,9 @@ class Verifier:
 
     def _whole(self, job: Job) -> Expected | None:
         """What the whole object must hash to without asking the store: the FULL_OBJECT
-        checksum its GET answered with (a CRC, if this process can compute it), else a plain MD5
-        ETag; None if neither is known."""
-        answered = job.answered
-        if answered is not None and _computable(answered.algorithm):
+        checksum its GET answered with (a CRC), else a plain MD5 ETag; None if neither is known."""
+        answered = job.answered  # only ever one this process can compute
+        if answered is not None:
             source = f"x-amz-checksum-{answered.algorithm.lower()} of the GET"
             return Expected(answered.algorithm, answered.digest, source)
         if is_plain_md5(job.obj.etag):
@@ -297,30 +295,19 @@ def _stored_checksum(
 ) -> tuple[StoredChecksum | None, str | None]:
     """The additional checksum a HEAD reported (the first this process can compute), and why
     one it reported cannot be used, if so."""
-    unavailable = None
+    why = None
     for algorithm in ALGORITHMS:
         value = head.get(f"Checksum{algorithm}")
         if not value:
             continue
         stored = parse_checksum(algorithm, str(value), head.get("ChecksumType"), etag_parts)
         if stored is None:
-            unavailable = f"the store's {algorithm} checksum is not a valid {algorithm} digest"
+            why = f"the store's {algorithm} checksum is not a valid {algorithm} digest"
             continue
-        try:
-            new_hasher(algorithm)
-        except UnavailableAlgorithm as exc:
-            unavailable = str(exc)
-            continue
-        return stored, None
-    return None, unavailable
-
-
-def _computable(algorithm: str) -> bool:
-    try:
-        new_hasher(algorithm)
-    except UnavailableAlgorithm:
-        return False
-    return True
+        why = unavailable(algorithm)
+        if why is None:
+            return stored, None
+    return None, why
 
 
 def _unsupported(exc: botocore.exceptions.ClientError) -> bool:

@@ -67,8 +67,11 @@ def fetch(config: Config, obj: SourceObject, tmp_path: Path) -> Job:
     job = Job(0, 0, obj, "o0", tmp_path / f"o-{time.monotonic_ns()}.part")
     try:
         transfer.prepare(job)
-        while not transfer.submit_parts(job, timeout=0.1):
-            pass
+        for _ in range(600):  # bounded: 60 s for a slot
+            if transfer.submit_parts(job, timeout=0.1):
+                break
+        else:
+            pytest.fail("no free slot for 60 s: slots leaked")
         assert results.get(timeout=60) is job
     finally:
         transfer.shutdown()
