@@ -97,9 +97,11 @@ def test_reboot_after_trainers_read_part_of_the_epoch_fails_loudly_never_done(
     config = write_config(tmp_path, epochs__count=1, output__shard_size="128KiB")
     first = run_daemon(config, env=boot(tmp_path, "boot-a"))
     out = tmp_path / "t.json"
-    reader = start_reader(config, out, "--delay", "1.0")
+    # ~40 shards at 3 s each: the epoch cannot end (nor its ledger be forgotten) before the
+    # reader is killed, however slow this machine is
+    reader = start_reader(config, out, "--delay", "3.0")
     wait_status(config, lambda s: s["shards_written"] >= 4, 90, "4 shards written")
-    wait_status(config, lambda s: delivered_lines(config) >= 2, 90, "2 shards read")
+    wait_status(config, lambda s: delivered_lines(config) >= 1, 90, "a shard read")
     reader.kill()
     reader.wait(30)
     reboot(first, config)
