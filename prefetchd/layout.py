@@ -22,7 +22,10 @@ A start-up sweep deletes only names this module recognises as ours.
     output.ram_dir/
         .tmp/<shard>.part         shard being written (size includes the budget reservation)
         ready/<shard>             complete shards; trainers claim by rename
-        claimed/<owner>-<shard>   claimed by trainer process <owner>; deleted once read
+        claimed/<owner>-<shard>   claimed by trainer process <owner>; moved to done/ once read
+        done/<owner>-<shard>      read by its trainer: the supervisor notes it delivered and
+                                  deletes it (freeing a shard's pages costs ~0.2 CPU-s/GB,
+                                  paid by the daemon, not the trainer)
         consumers/<owner>.lock    held (flock) by trainer process <owner> while it lives
         .budget.lock              serializes RAM reservations between writers
     status.state_dir/
@@ -200,6 +203,10 @@ class Layout:
         return self.ram / "claimed"
 
     @property
+    def ram_done(self) -> Path:
+        return self.ram / "done"
+
+    @property
     def ram_consumers(self) -> Path:
         return self.ram / "consumers"
 
@@ -274,6 +281,7 @@ class Layout:
             self.ram_tmp,
             self.ram_ready,
             self.ram_claimed,
+            self.ram_done,
             self.ram_consumers,
             self.state,
             self.children,
@@ -313,6 +321,7 @@ OWN_TOP_NAMES = frozenset(
         "meta",
         "ready",
         "claimed",
+        "done",
         "consumers",
         ".budget.lock",
         "status.json",
@@ -370,6 +379,7 @@ _OWN_FILES: dict[str, Callable[[str], bool]] = {
     "meta": _own_cache_file,
     "ready": lambda n: _own_cache_file(n) or _own_ram_file(n),
     "claimed": lambda n: _own_cache_file(n) or _own_ram_file(n),
+    "done": _own_ram_file,
     "progress": lambda n: re.fullmatch(r"e[0-9]+\.log", n) is not None,
     "journal": lambda n: re.fullmatch(r"w[0-9]+\.log", n) is not None,
     "epochs": lambda n: re.fullmatch(r"[0-9]+\.(downloaded|complete)", n) is not None,

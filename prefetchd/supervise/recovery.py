@@ -135,7 +135,8 @@ def _journals(layout: Layout) -> dict[int, tuple[Journal, JournalEntry]]:
 
 
 def _shards_present(layout: Layout) -> set[str]:
-    """Shards on the RAM disk: in progress, ready or claimed."""
+    """Shards on the RAM disk: in progress, ready or claimed (not those in ``done/``: their
+    trainers finished them, and the supervisor notes them delivered and deletes them)."""
     present = set()
     for directory in (layout.ram_tmp, layout.ram_ready, layout.ram_claimed):
         for name in _names(directory):
@@ -200,6 +201,7 @@ def reset_epochs(
         layout.ram_tmp,
         layout.ram_ready,
         layout.ram_claimed,
+        layout.ram_done,
         layout.progress,
         layout.epochs,
         layout.shards,

@@ -10,6 +10,7 @@ child that crashes later is restarted with backoff, and one that keeps crashing 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -193,6 +194,7 @@ class Supervisor:
             lay.ram_tmp,
             lay.ram_ready,
             lay.ram_claimed,
+            lay.ram_done,
             lay.progress,
             lay.journal,
             lay.epochs,
@@ -275,18 +277,25 @@ class Supervisor:
     # --- epochs and shards --------------------------------------------------------------------
 
     def _note_deliveries(self) -> None:
-        """Record the shards trainers finished (their claimant deleted them) in the ledger, so a
-        restart after a lost RAM disk knows what was read; fail if a shard nobody claimed was
-        deleted from ``ready/`` (its records are gone, and no trainer got them)."""
+        """Record the shards trainers finished (their claimant moved them to ``done/``, or
+        deleted them) in the ledger, so a restart after a lost RAM disk knows what was read, and
+        delete those in ``done/`` (their pages are freed here, not in the trainer); fail if a
+        shard nobody claimed was deleted from ``ready/`` (its records are gone, and no trainer
+        got them)."""
         if self._finished is None or self._vanished is None:
             return
+        retired = _retired(self.layout.ram_done)
         done = [
             claim[1]
             for event in self._finished.read_now()
             if not event.overflow and (claim := parse_claim_name(event.name)) is not None
         ]
+        done += [claim[1] for name in retired if (claim := parse_claim_name(name)) is not None]
         if done:
             record_delivered(self.layout, done)
+        for name in retired:  # noted first: a crash in between leaves them, still delivered
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.layout.ram_done / name)
         lost = [e.name for e in self._vanished.read_now() if not e.overflow]
         if lost:
             self._check_disks()  # the whole directory emptied says more than one shard gone
@@ -510,7 +519,7 @@ class Supervisor:
             keep_limit=self.config.download.keep,
             keep_hit_ratio=hit_ratio(counts.keep_hit_bytes, counts.keep_miss_bytes),
             keep_epochs=keep_epochs(lay) if self.config.download.keep else (),
-            ram_bytes=dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed),
+            ram_bytes=dir_bytes(lay.ram_tmp, lay.ram_ready, lay.ram_claimed, lay.ram_done),
             ram_budget=self.config.output.ram_budget,
             download_bytes_per_s=round(download_rate, 1),
             write_records_per_s=round(record_rate, 1),
@@ -586,6 +595,14 @@ def _child_healthy(child: Child, report: ChildReport, now: float) -> bool:
         and age is not None
         and age < HEALTHY_HEARTBEAT
     )
+
+
+def _retired(directory: Path) -> list[str]:
+    """The names in ``done/``: shards their trainers finished (none if it is gone)."""
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
 
 
 def _count(directory: Path) -> int:

@@ -141,6 +141,19 @@ def test_a_partly_written_object_gone_from_the_cache_is_a_loss(
     assert read_ledger(lay)[1] == {shard}  # what trainers finished is remembered
 
 
+def test_a_shard_in_done_at_a_restart_was_read_and_is_remembered_as_such(
+    layout: tuple[Layout, Ownership],
+) -> None:
+    """A trainer moved it to done/ while the daemon was down (or just before it crashed)."""
+    lay, owned = layout
+    write_disks(lay, owned)
+    shard = publish(lay, 0, 0, 10)
+    Journal(lay.journal / "w0.log").rewrite(JournalEntry(shard, 0, {}, ()))
+    os.rename(lay.ram_ready / shard, lay.ram_done / claim_name("7x1", shard))
+    assert recover(lay, owned) is None
+    assert read_ledger(lay)[1] == {shard}
+
+
 def test_an_intact_restart_finds_nothing_to_do(layout: tuple[Layout, Ownership]) -> None:
     lay, owned = layout
     write_disks(lay, owned)
