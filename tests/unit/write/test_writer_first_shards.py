@@ -13,7 +13,13 @@ from prefetchd.config import Config
 from prefetchd.layout import Layout
 from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import read_records
-from prefetchd.write.writer import FIRST_SHARDS, STARVED_FILL, STARVED_FLUSH, Writer
+from prefetchd.write.writer import (
+    FIRST_SHARDS,
+    STARVED_FILL,
+    STARVED_FLUSH,
+    STARVED_FLUSH_MAX,
+    Writer,
+)
 from tests.unit.write.writerkit import FakeClock, lines_config, publish
 
 LINES = 8000  # ~3.4 MiB per object: several steps (STEP_BYTES) each
@@ -90,6 +96,36 @@ def test_no_early_shard_while_a_shard_is_ready(tmp_path: Path, clock: FakeClock)
     assert not step_and_decide(writer)
     clock.now += STARVED_FLUSH
     assert not writer._trainers_starved()
+
+
+def test_while_trainers_stay_starved_early_shards_age_longer_and_a_ready_shard_resets_that(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A trainer waiting on the download reads at its pace whatever the shards' size, but
+    pays per shard: early shards come every 0.2, 0.4, 0.8, then 1.0 s, not five a second."""
+    writer, layout = writer_for(prepare(tmp_path, objects=2))
+    writer.published = FIRST_SHARDS
+    writer._refill()
+    ages = []
+    for _ in range(5):
+        assert not step_and_decide(writer)
+        waited = 0.0
+        while not writer._trainers_starved():
+            clock.now += 0.05
+            waited += 0.05
+            assert waited < 2 * STARVED_FLUSH_MAX, "an early shard must still go out"
+        ages.append(round(waited, 2))
+        writer._publish()
+        trainer_claims_all(layout)
+    expected = [0.2, 0.4, 0.8, 1.0, 1.0]  # to one clock tick of 0.05 s
+    assert all(e <= a <= e + 0.051 for a, e in zip(ages, expected, strict=True)), ages
+    assert not step_and_decide(writer)
+    (layout.ram_ready / "e00000-w01-0000000.tfrecord").write_bytes(b"")  # the trainer has one
+    clock.now += STARVED_FLUSH_MAX
+    assert not writer._trainers_starved()
+    os.unlink(layout.ram_ready / "e00000-w01-0000000.tfrecord")
+    clock.now += STARVED_FLUSH
+    assert writer._trainers_starved(), "starved anew: the first early shard comes quickly"
 
 
 def test_after_the_first_shards_a_starved_writer_waits_starved_fill_to_mix(
