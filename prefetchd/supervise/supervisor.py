@@ -290,10 +290,10 @@ class Supervisor:
             for event in self._finished.read_now()
             if not event.overflow and (claim := parse_claim_name(event.name)) is not None
         ]
-        done += [claim[1] for name in retired if (claim := parse_claim_name(name)) is not None]
+        done += [shard for _, shard in retired]
         if done:
             record_delivered(self.layout, done)
-        for name in retired:  # noted first: a crash in between leaves them, still delivered
+        for name, _ in retired:  # noted first: a crash in between leaves them, still delivered
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.layout.ram_done / name)
         lost = [e.name for e in self._vanished.read_now() if not e.overflow]
@@ -597,12 +597,14 @@ def _child_healthy(child: Child, report: ChildReport, now: float) -> bool:
     )
 
 
-def _retired(directory: Path) -> list[str]:
-    """The names in ``done/``: shards their trainers finished (none if it is gone)."""
+def _retired(directory: Path) -> list[tuple[str, str]]:
+    """``(name, shard)`` of the claims in ``done/``: shards their trainers finished (none if
+    it is gone). Anything else there is not ours, and is left alone."""
     try:
-        return os.listdir(directory)
+        names = os.listdir(directory)
     except FileNotFoundError:
         return []
+    return [(name, claim[1]) for name in names if (claim := parse_claim_name(name)) is not None]
 
 
 def _count(directory: Path) -> int:

@@ -48,9 +48,11 @@ def test_the_supervisor_notes_done_shards_delivered_then_deletes_them(
     shards = [shard_name(0, 0, 1), shard_name(0, 1, 1)]
     for shard in shards:
         (layout.ram_done / claim_name("123xabcd", shard)).write_bytes(b"x" * 4096)
+    foreign = layout.ram_done / "notes.txt"
+    foreign.write_text("someone else's")
     sup._note_deliveries()
     assert read_ledger(layout)[1] == set(shards)
-    assert list(layout.ram_done.iterdir()) == []
+    assert list(layout.ram_done.iterdir()) == [foreign], "only its own files are deleted"
 
 
 def test_a_shard_a_trainer_deleted_itself_is_still_noted(config: Config, layout: Layout) -> None:
