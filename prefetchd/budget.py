@@ -103,12 +103,9 @@ class RamBudget:
 
     def used(self) -> int:
         lay = self.layout
-        # done/ too: read shards hold their pages until the supervisor deletes them (a tick);
         # consumers/ too: each trainer's lock file carries its wait figures (256 bytes), and
         # the promise is about every byte under ram_dir.
-        return dir_bytes(
-            lay.ram_tmp, lay.ram_ready, lay.ram_claimed, lay.ram_done, lay.ram_consumers
-        )
+        return dir_bytes(*lay.ram_shard_dirs, lay.ram_consumers)
 
     def extend(self, fd: int, reserved: int, need: int) -> int:
         """Grow the reservation of ``fd`` from ``reserved`` to at least ``need``; blocks until the

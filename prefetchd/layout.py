@@ -269,6 +269,12 @@ class Layout:
     def keep_figures(self, epoch: int) -> Path:
         return self.epochs / f"{epoch}.keep.json"
 
+    @property
+    def ram_shard_dirs(self) -> tuple[Path, Path, Path, Path]:
+        """Every directory of ``ram_dir`` a shard's pages can be in: being written, ready,
+        claimed, read (until the supervisor deletes it)."""
+        return (self.ram_tmp, self.ram_ready, self.ram_claimed, self.ram_done)
+
     def all_dirs(self) -> list[Path]:
         return [
             self.cache,
@@ -278,10 +284,7 @@ class Layout:
             self.cache_claimed,
             self.cache_keep,
             self.ram,
-            self.ram_tmp,
-            self.ram_ready,
-            self.ram_claimed,
-            self.ram_done,
+            *self.ram_shard_dirs,
             self.ram_consumers,
             self.state,
             self.children,

@@ -430,14 +430,14 @@ class Writer:
         download's pace whatever the shards' size, but pays for every shard it opens (~1-2 ms
         of claiming, opening and freeing): at 0.2 s a writer published 5 shards a second to
         a trainer that could not read faster anyway."""
-        now = time.monotonic()
-        if not self._starting() and now - self.shard_checked < self.starved_age:
+        now, starting = time.monotonic(), self._starting()
+        if not starting and now - self.shard_checked < self.starved_age:
             return False
         self.shard_checked = now
         if not self._ready_empty():
             self.starved_age = STARVED_FLUSH
             return False
-        if not self._starting():
+        if not starting:
             self.starved_age = min(2 * self.starved_age, STARVED_FLUSH_MAX)
         return True
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from prefetchd.config import config_from_dict
+from prefetchd.consume.ready import retire
 from prefetchd.layout import Layout, claim_name, object_name, shard_name, writer_claim_name
 from prefetchd.ledger import (
     assess,
@@ -69,9 +70,16 @@ def publish(lay: Layout, epoch: int, counter: int, records: int) -> str:
     return name
 
 
+def read_by_trainer(lay: Layout, shard: str) -> None:
+    """What ``ready_files()`` does with a shard: claim it, and once read retire it to done/."""
+    claimed = claim_name("7x1", shard)
+    os.rename(lay.ram_ready / shard, lay.ram_claimed / claimed)
+    retire(lay.ram_claimed, lay.ram_done, claimed)
+
+
 def lose_ram(lay: Layout) -> None:
     """As a reboot does: the shards go, and the disks.json token no longer matches."""
-    for d in (lay.ram_ready, lay.ram_claimed, lay.ram_tmp):
+    for d in lay.ram_shard_dirs:
         for name in os.listdir(d):
             os.unlink(d / name)
     raw = json.loads(lay.disks_file.read_text())
@@ -86,8 +94,7 @@ def test_shards_lost_after_some_of_their_epoch_was_read_fail_with_the_reason(
     write_disks(lay, owned)
     first, second = publish(lay, 0, 0, 40), publish(lay, 0, 1, 60)
     Journal(lay.journal / "w0.log").rewrite(JournalEntry(second, 1, {}, ()))
-    os.rename(lay.ram_ready / first, lay.ram_claimed / claim_name("7x1", first))
-    os.unlink(lay.ram_claimed / claim_name("7x1", first))  # a trainer read it
+    read_by_trainer(lay, first)
     record_delivered(lay, [first])
     lose_ram(lay)
     reason = recover(lay, owned)
@@ -104,8 +111,7 @@ def test_shards_lost_before_anything_of_their_epoch_was_read_start_the_epoch_aga
     write_disks(lay, owned)
     kept = publish(lay, 0, 0, 40)
     Journal(lay.journal / "w0.log").rewrite(JournalEntry(kept, 0, {}, ()))
-    os.rename(lay.ram_ready / kept, lay.ram_claimed / claim_name("7x1", kept))
-    os.unlink(lay.ram_claimed / claim_name("7x1", kept))
+    read_by_trainer(lay, kept)
     record_delivered(lay, [kept])
     (lay.epochs / "0.complete").write_text("{}")
     later = publish(lay, 1, 1, 50)
@@ -132,8 +138,7 @@ def test_a_partly_written_object_gone_from_the_cache_is_a_loss(
     lay, owned = layout
     write_disks(lay, owned)
     shard = publish(lay, 0, 0, 10)
-    os.rename(lay.ram_ready / shard, lay.ram_claimed / claim_name("7x1", shard))
-    os.unlink(lay.ram_claimed / claim_name("7x1", shard))
+    read_by_trainer(lay, shard)
     obj = object_name(0, 1, "b" * 24)
     Journal(lay.journal / "w0.log").rewrite(JournalEntry(shard, 0, {obj: 3}, ()))
     reason = recover(lay, owned)  # the RAM disk is intact: the shard was read
@@ -149,7 +154,8 @@ def test_a_shard_in_done_at_a_restart_was_read_and_is_remembered_as_such(
     write_disks(lay, owned)
     shard = publish(lay, 0, 0, 10)
     Journal(lay.journal / "w0.log").rewrite(JournalEntry(shard, 0, {}, ()))
-    os.rename(lay.ram_ready / shard, lay.ram_done / claim_name("7x1", shard))
+    read_by_trainer(lay, shard)
+    assert (lay.ram_done / claim_name("7x1", shard)).exists()
     assert recover(lay, owned) is None
     assert read_ledger(lay)[1] == {shard}
 
