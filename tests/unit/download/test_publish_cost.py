@@ -13,6 +13,7 @@ import builtins
 import collections
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,11 +77,15 @@ def layout(config: Config) -> Layout:
 
 
 class Syscalls:
-    """Counts the calls of each ``COUNTED`` os function while ``counting()`` is active."""
+    """Counts the calls of each ``COUNTED`` os function while ``counting()`` is active, made by
+    the thread that started counting: the paths measured here run on it, and a thread another
+    test left behind in this process (a trainer's releaser freeing one last shard, say) must
+    not be billed to them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: collections.Counter[str] = collections.Counter()
         self._monkeypatch = monkeypatch
+        self._thread = threading.get_ident()
 
     def counting(self) -> Syscalls:
         for name in COUNTED:
@@ -97,7 +102,8 @@ class Syscalls:
 
     def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
+            if threading.get_ident() == self._thread:
+                self.calls[name] += 1
             return fn(*args, **kwargs)
 
         return call
