@@ -51,6 +51,7 @@ CRT settings, and why:
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import functools
 import ipaddress
@@ -332,6 +333,7 @@ class CrtTransfer:
         stale listed size (or a store that ignores the Range and answers with a larger whole
         object) can never push the window (the bytes on disk) past its limit. A whole-object
         GET's checksum is kept for verification."""
+        keep_thread_state()
         if status_code not in (200, 206):
             return
         job = fetch.job
@@ -361,6 +363,7 @@ class CrtTransfer:
         error_body: bytes | None = None,
         **_: Any,
     ) -> None:
+        keep_thread_state()
         job = fetch.job
         if fetch.refused is not None:
             job.error = fetch.refused  # whatever the cancelled request reports
@@ -404,6 +407,22 @@ class CrtTransfer:
                 # every collection then walked thousands of them. The CRT holds the request
                 # itself until it is done.
                 fetch.request = None
+
+
+_kept = threading.local()
+
+
+def keep_thread_state() -> None:
+    """Keep the Python thread state of the CRT thread this runs on, from now on.
+
+    The CRT's threads are not Python's: each call into Python (``on_headers``, ``on_done`` and
+    the request's own shutdown, three per object) made a thread state and tore it down again —
+    an allocation, a 16 KiB frame stack mapped, page faulted and unmapped, every time. One more
+    ``PyGILState_Ensure``, never released, keeps it: later calls find it and only take the
+    GIL. The CRT's event-loop threads are few and live as long as the process."""
+    if not getattr(_kept, "held", False):
+        ctypes.pythonapi.PyGILState_Ensure()
+        _kept.held = True
 
 
 def store_error(error: BaseException, status: int | None, body: bytes | None) -> BaseException:

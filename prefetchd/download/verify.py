@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_READ = 8 * 1024 * 1024
+# Files are hashed through one buffer per thread, reused: a new buffer per read cost each small
+# object an allocation, and its first touch page faults, on the CRT's event-loop threads.
+_READ = 1024 * 1024
+_buffers = threading.local()
 _KMS = ("aws:kms", "aws:kms:dsse")  # their ETags are not MD5s of the bytes
 _NO_PARTS = "the store does not tell the part sizes of multipart uploads"
 
@@ -332,14 +336,19 @@ def _file_digest(fd: int, algorithm: str, parts: tuple[int, ...] | None) -> byte
     return composite(digests, algorithm)
 
 
-def _chunks(fd: int, offset: int, length: int) -> Iterator[bytes]:
+def _chunks(fd: int, offset: int, length: int) -> Iterator[memoryview]:
+    """``length`` bytes of ``fd`` from ``offset``, read into this thread's buffer: each chunk
+    is valid until the next one is read (``digest_of`` hashes it before asking for more)."""
+    buffer: memoryview | None = getattr(_buffers, "view", None)
+    if buffer is None:
+        buffer = _buffers.view = memoryview(bytearray(_READ))
     end = offset + length
     while offset < end:
-        chunk = os.pread(fd, min(_READ, end - offset), offset)
-        if not chunk:
+        got = os.preadv(fd, [buffer[: min(_READ, end - offset)]], offset)
+        if not got:
             raise IntegrityError(f"local file ended at byte {offset}, expected {end}")
-        yield chunk
-        offset += len(chunk)
+        yield buffer[:got]
+        offset += got
 
 
 def _check_frames(fd: int, size: int) -> None:
