@@ -88,6 +88,8 @@ typedef struct {
     uint64_t ival;
     const uint8_t *data;
     size_t len;
+    uint8_t **hole; /* set: the value is not copied, its `len` bytes are left for the caller,
+                       who learns where here (frame_file_example) */
 } feature_t;
 
 static size_t vlen(uint64_t v) {
@@ -134,6 +136,10 @@ static uint8_t *put_feature(uint8_t *p, const feature_t *f) {
     *p++ = 0x0A; /* repeated value = 1 */
     p = put_varint(p, value);
     if (f->is_int) return put_varint(p, f->ival);
+    if (f->hole != NULL) {
+        *f->hole = p;
+        return p + f->len;
+    }
     memcpy(p, f->data, f->len);
     return p + f->len;
 }
@@ -209,9 +215,9 @@ static int next_line(const uint8_t *buf, size_t len, size_t pos, int final, size
 
 static void line_features(feature_t *fs, const uint8_t *data, size_t len, Py_buffer *key,
                           uint64_t number) {
-    fs[0] = (feature_t){NAME_DATA, 4, 0, 0, data, len};
-    fs[1] = (feature_t){NAME_KEY, 3, 0, 0, key->buf, (size_t)key->len};
-    fs[2] = (feature_t){NAME_LINE, 11, 1, number, NULL, 0};
+    fs[0] = (feature_t){NAME_DATA, 4, 0, 0, data, len, NULL};
+    fs[1] = (feature_t){NAME_KEY, 3, 0, 0, key->buf, (size_t)key->len, NULL};
+    fs[2] = (feature_t){NAME_LINE, 11, 1, number, NULL, 0, NULL};
 }
 
 static PyObject *frame_lines(PyObject *self, PyObject *args) {
@@ -295,8 +301,10 @@ static PyObject *frame_records(PyObject *self, PyObject *arg) {
 
 /* --- framing given Examples ------------------------------------------------------------ */
 
-/* Fill `fs` from a list of (name: bytes, value: bytes | int) sorted by name. */
-static int sample_features(PyObject *sample, feature_t *fs, Py_ssize_t n) {
+/* Fill `fs` from a list of (name: bytes, value: bytes | int) sorted by name. With `hole`, one
+ * value may be None instead: a bytes value of `hole_len` bytes that the caller fills in. */
+static int sample_features(PyObject *sample, feature_t *fs, Py_ssize_t n, uint8_t **hole,
+                           size_t hole_len) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GET_ITEM(sample, i), *name, *value;
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
@@ -309,10 +317,14 @@ static int sample_features(PyObject *sample, feature_t *fs, Py_ssize_t n) {
             PyErr_SetString(PyExc_TypeError, "feature names are bytes");
             return 0;
         }
-        fs[i] = (feature_t){PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name), 0, 0, NULL, 0};
+        fs[i] = (feature_t){PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name), 0, 0, NULL, 0, NULL};
         if (PyBytes_Check(value)) {
             fs[i].data = (const uint8_t *)PyBytes_AS_STRING(value);
             fs[i].len = (size_t)PyBytes_GET_SIZE(value);
+        } else if (value == Py_None && hole != NULL) {
+            fs[i].hole = hole;
+            fs[i].len = hole_len;
+            hole = NULL; /* one at most */
         } else if (PyLong_Check(value) && !PyBool_Check(value)) {
             long long v = PyLong_AsLongLong(value);
             if (v == -1 && PyErr_Occurred()) {
@@ -346,7 +358,7 @@ static PyObject *frame_examples(PyObject *self, PyObject *arg) {
     for (Py_ssize_t i = 0; i < n; i++) { /* pass 1: sizes, and every value checked */
         PyObject *sample = PyList_GET_ITEM(arg, i);
         Py_ssize_t k = PyList_GET_SIZE(sample);
-        if (!sample_features(sample, fs, k)) goto fail;
+        if (!sample_features(sample, fs, k, NULL, 0)) goto fail;
         total += OVERHEAD + (Py_ssize_t)example_len(fs, (int)k);
     }
     if (!new_batch(total, n, &data, &ends)) goto fail;
@@ -355,7 +367,7 @@ static PyObject *frame_examples(PyObject *self, PyObject *arg) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *sample = PyList_GET_ITEM(arg, i);
         int k = (int)PyList_GET_SIZE(sample);
-        sample_features(sample, fs, k);
+        sample_features(sample, fs, k, NULL, 0);
         out = put_example_frame(out, fs, k, example_len(fs, k));
         *e++ = (uint64_t)(out - base);
     }
@@ -363,6 +375,76 @@ static PyObject *frame_examples(PyObject *self, PyObject *arg) {
     return Py_BuildValue("(NN)", data, ends);
 fail:
     PyMem_Free(fs);
+    return NULL;
+}
+
+/* One sample whose None value is the `size` bytes of file `fd` (from offset 0), framed as
+ * frame_examples() frames it with those bytes as that value. The bytes are read straight into
+ * the frame, without the GIL: no copy of them in between, no allocation of their own. None if
+ * the file does not hold exactly `size` bytes (the caller reads it the general way). */
+static PyObject *frame_file_example(PyObject *self, PyObject *args) {
+    PyObject *sample, *data = NULL, *ends = NULL;
+    int fd;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "O!in", &PyList_Type, &sample, &fd, &size)) return NULL;
+    if (!need_crc()) return NULL;
+    if (size < 0) return PyErr_Format(PyExc_ValueError, "negative size");
+    Py_ssize_t k = PyList_GET_SIZE(sample);
+    feature_t *fs = PyMem_Malloc(sizeof(feature_t) * (size_t)(k ? k : 1));
+    if (fs == NULL) return PyErr_NoMemory();
+    uint8_t *hole = NULL;
+    if (!sample_features(sample, fs, k, &hole, (size_t)size)) goto fail;
+    int has_hole = 0;
+    for (Py_ssize_t i = 0; i < k; i++) has_hole |= fs[i].hole != NULL;
+    if (!has_hole) {
+        PyErr_SetString(PyExc_TypeError, "frame_file_example() needs one None value");
+        goto fail;
+    }
+    size_t len = example_len(fs, (int)k);
+    if (!new_batch(OVERHEAD + (Py_ssize_t)len, 1, &data, &ends)) goto fail;
+    uint8_t *body = bytes_of(data) + HEADER;
+    put_header(bytes_of(data), len);
+    uint8_t *end = put_example(body, fs, (int)k);
+    PyMem_Free(fs);
+    fs = NULL;
+    /* Ask for one byte more than `size`, to learn without another call whether the file grew:
+     * it lands on the byte after the hole (there is one: at least the CRC follows), which is
+     * put back. */
+    uint8_t after = hole[size];
+    size_t want = (size_t)size + 1, got = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (got < want) {
+        ssize_t r = pread(fd, hole + got, want - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            err = errno;
+            break;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    if (!err && got == (size_t)size) {
+        hole[size] = after;
+        put_u32(end, masked_crc(body, len));
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto fail;
+    }
+    if (got != (size_t)size) {
+        Py_DECREF(data);
+        Py_DECREF(ends);
+        Py_RETURN_NONE;
+    }
+    *ends_of(ends) = (uint64_t)(OVERHEAD + len);
+    return Py_BuildValue("(NN)", data, ends);
+fail:
+    PyMem_Free(fs);
+    Py_XDECREF(data);
+    Py_XDECREF(ends);
     return NULL;
 }
 
@@ -539,14 +621,14 @@ static int tar_open_sample(tar_scan_t *s, const uint8_t *key, size_t key_len) {
     sample->key_len = key_len;
     sample->first = s->nfeatures;
     sample->count = 1;
-    s->features[s->nfeatures++] = (feature_t){NAME_TAR_KEY, 3, 0, 0, NULL, key_len};
+    s->features[s->nfeatures++] = (feature_t){NAME_TAR_KEY, 3, 0, 0, NULL, key_len, NULL};
     return 1;
 }
 
 static int tar_add(tar_scan_t *s, const uint8_t *ext, size_t ext_len, const uint8_t *data,
                    size_t len) {
     if (!tar_room(s)) return 0;
-    s->features[s->nfeatures++] = (feature_t){(const char *)ext, ext_len, 0, 0, data, len};
+    s->features[s->nfeatures++] = (feature_t){(const char *)ext, ext_len, 0, 0, data, len, NULL};
     s->samples[s->nsamples - 1].count++;
     return 1;
 }
@@ -1185,6 +1267,7 @@ static PyMethodDef methods[] = {
     {"frame_lines", frame_lines, METH_VARARGS, "Frame the lines of a chunk as Examples."},
     {"frame_records", frame_records, METH_O, "Frame a sequence of payloads."},
     {"frame_examples", frame_examples, METH_O, "Frame samples as Examples."},
+    {"frame_file_example", frame_file_example, METH_VARARGS, "Frame a sample holding a file."},
     {"frame_tar", frame_tar, METH_VARARGS, "Frame the samples of a chunk of a tar stream."},
     {"check_tar", check_tar, METH_VARARGS, "Check the samples of a chunk of a tar stream."},
     {"index_file", index_file, METH_VARARGS, "Frame offsets of a TFRecord file."},

@@ -84,6 +84,43 @@ def frame_examples(samples: list[list[tuple[bytes, bytes | int]]]) -> Batch:
     )
 
 
+def frame_file_example(
+    sample: list[tuple[bytes, bytes | int | None]], fd: int, size: int
+) -> Batch | None:
+    """One sample whose ``None`` value is the ``size`` bytes of file ``fd`` (from offset 0),
+    framed as ``frame_examples`` frames it with those bytes as that value; None if the file
+    does not hold exactly ``size`` bytes (the C core reads them straight into the frame)."""
+    holes = [i for i, (_, value) in enumerate(sample) if value is None]
+    if not holes:
+        raise TypeError("frame_file_example() needs one None value")
+    if size < 0:
+        raise ValueError("negative size")
+    data = _pread_all(fd, size + 1)
+    if len(data) != size:
+        return None
+    filled: list[tuple[bytes, bytes | int]] = []
+    for i, (name, value) in enumerate(sample):
+        if i == holes[0]:
+            filled.append((name, data))
+        elif value is None:
+            raise TypeError("unsupported feature value type NoneType")
+        else:
+            filled.append((name, value))
+    return frame_examples([filled])
+
+
+def _pread_all(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes of ``fd`` from offset 0: fewer only at the end of the file."""
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.pread(fd, n - got, got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 _BLOCK = 512
 TAR_END, TAR_FALLBACK = 0, -1
 TAR_SKIP_LIMIT = 1 << 20  # a larger member without extension: tarfile streams past it

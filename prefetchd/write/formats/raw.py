@@ -33,12 +33,32 @@ class RawFormat:
         yield encode_example({"key": key.encode("utf-8", "surrogateescape"), "data": data})
 
     def frames(self, key: str, path: str) -> Iterator[Frames]:
-        """The one record of ``records``, framed in one call (one copy of the data)."""
+        """The one record of ``records``, framed in one call. An uncompressed object is read
+        straight into its frame (``frame_file_example``): no copy of its bytes in between."""
+        if compression_of(key) is None:
+            batch = self._read_framed(key, path)
+            if batch is not None:
+                yield batch
+                return
         data = self._data(key, path, buffered=False)
         sample = sorted_features({"key": key.encode("utf-8", "surrogateescape"), "data": data})
         frames = Frames.of(*core.IMPL.frame_examples([sample]))
         del data, sample  # not held twice while the writer holds the frame
         yield frames
+
+    def _read_framed(self, key: str, path: str) -> Frames | None:
+        """The uncompressed object's frame, its bytes read into it; None if it changed size
+        while it was read (``_data`` then reads it the general way)."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            if size > self.max_record_size:
+                raise RecordTooLarge(key, "raw object", size, self.max_record_size, exact=True)
+            name = key.encode("utf-8", "surrogateescape")
+            batch = core.IMPL.frame_file_example([(b"data", None), (b"key", name)], fd, size)
+        finally:
+            os.close(fd)
+        return None if batch is None else Frames.of(*batch)
 
     def _data(self, key: str, path: str, *, buffered: bool) -> bytes:
         """The object's (decompressed) bytes; raises ``RecordTooLarge`` over the limit."""

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from prefetchd.errors import EXIT_USAGE, ConfigError, CorruptObject
 from prefetchd.tfrecord import frame
+from prefetchd.write import core
 from prefetchd.write.formats import get_format
 
 KEY = "data/train/part-00001.tfrecord"
@@ -119,6 +120,34 @@ def test_raw_records_are_readable_through_a_tfrecord_file(tmp_path: Path) -> Non
         frames += [frame(r) for r in get_format("raw").records(key, str(tmp_path / key))]
     shard = tmp_path / "shard.tfrecord"
     shard.write_bytes(b"".join(frames))
+    dataset = tf.data.TFRecordDataset(str(shard)).map(
+        lambda r: tf.io.parse_single_example(r, RAW_SPEC)
+    )
+    got = {bytes(x["key"]).decode(): bytes(x["data"]) for x in dataset.as_numpy_iterator()}
+    assert got == objects
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["read-into-frame", "size-changed"])
+def test_raw_frames_are_the_records_framed_and_tensorflow_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    """What the writer takes (``frames``: an uncompressed object read straight into its frame)
+    is ``records`` framed, byte for byte; and when the object changed size while it was read,
+    it is read again the general way."""
+    if not fast:
+        monkeypatch.setattr(core.IMPL, "frame_file_example", lambda *_: None)
+    raw = get_format("raw")
+    objects = {f"k{i}/ü": bytes([i]) * size for i, size in enumerate([0, 1, 127, 70_000, 200_000])}
+    written = []
+    for key, data in objects.items():
+        path = tmp_path / f"obj{len(written)}"
+        path.write_bytes(data)
+        (batch,) = raw.frames(key, str(path))
+        (record,) = raw.records(key, str(path))
+        assert batch.data == frame(record)
+        written.append(batch.data)
+    shard = tmp_path / "shard.tfrecord"
+    shard.write_bytes(b"".join(written))
     dataset = tf.data.TFRecordDataset(str(shard)).map(
         lambda r: tf.io.parse_single_example(r, RAW_SPEC)
     )

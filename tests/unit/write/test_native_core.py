@@ -80,6 +80,67 @@ def test_frame_examples_rejects_what_encode_example_rejects(bad: object) -> None
         native.frame_examples(sample)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 200_000, 3 * 1024 * 1024])
+@pytest.mark.parametrize("where", ["first", "last", "middle"])
+def test_frame_file_example_is_frame_examples_with_the_file_read_into_it(
+    tmp_path: Path, size: int, where: str
+) -> None:
+    content = rng.randbytes(size)
+    path = tmp_path / "object"
+    path.write_bytes(content)
+    others = [(b"b", 7), (b"c", b"x" * 200)]
+    at = {"first": 0, "middle": 1, "last": 2}[where]
+    sample: list[tuple[bytes, bytes | int | None]] = [*others]
+    sample.insert(at, (b"a" if at == 0 else b"bb" if at == 1 else b"d", None))
+    filled = [(name, content if value is None else value) for name, value in sample]
+    expected = pycore.frame_examples([filled])  # type: ignore[list-item]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        same(native.frame_file_example(sample, fd, size), expected)
+        same(pycore.frame_file_example(sample, fd, size), expected)
+    finally:
+        os.close(fd)
+
+
+def test_frame_file_example_gives_none_unless_the_file_holds_exactly_size_bytes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "object"
+    path.write_bytes(b"0123456789")
+    sample: list[tuple[bytes, bytes | int | None]] = [(b"data", None), (b"key", b"k")]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for size in (0, 9, 11, 100):  # the file grew, or shrank, since its size was taken
+            assert native.frame_file_example(sample, fd, size) is None
+            assert pycore.frame_file_example(sample, fd, size) is None
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "sample", [[(b"data", b"x")], [(b"a", None), (b"b", None)], [(b"a", None), (b"b", 1.5)]]
+)
+def test_frame_file_example_rejects_what_is_not_one_file_value(sample: Any, tmp_path: Path) -> None:
+    path = tmp_path / "object"
+    path.write_bytes(b"abc")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(TypeError):
+            pycore.frame_file_example(sample, fd, 3)
+        with pytest.raises(TypeError):
+            native.frame_file_example(sample, fd, 3)
+    finally:
+        os.close(fd)
+
+
+def test_frame_file_example_raises_the_os_error_of_the_read() -> None:
+    sample: list[tuple[bytes, bytes | int | None]] = [(b"data", None)]
+    with pytest.raises(OSError):
+        pycore.frame_file_example(sample, 987654, 3)
+    with pytest.raises(OSError):
+        native.frame_file_example(sample, 987654, 3)
+
+
 def tfrecord_file(path: Path, sizes: list[int]) -> Path:
     path.write_bytes(b"".join(frame(rng.randbytes(n)) for n in sizes))
     return path
