@@ -92,6 +92,10 @@ FILL_WAIT = 0.5  # seconds a writer waits for output.mix open objects before dra
 STARVED_FILL = 0.25  # ... or this long while no shard is ready for the trainers
 FILL_CHECK = 0.05  # how often a writer with fewer than output.mix objects re-checks the above
 LISTING_MAX_AGE = 0.5
+# Writers share the arrivals by seq (``_pick``): a writer takes its own share first, and one
+# of another writer's once it has waited this long in ready/ ...
+STEAL_AFTER = 0.05
+PEEK = 8  # ... among the first this many (or 2 per writer) names of ready/: a bounded look
 # With epochs.shuffle, each open object's records come in a seeded random order: uncompressed
 # TFRecord objects are shuffled whole by offsets; other objects pass through a block shuffle
 # (shuffle.py), and the blocks of all open objects together hold at most this much (or 256 KiB
@@ -208,6 +212,9 @@ class Writer:
         self.commit = CommitState()
         self.listing: list[str] = []
         self.listed_at = 0.0
+        self.first_seen: dict[str, float] = {}  # when each name of ``listing`` was first seen
+        self.writers = out.writers
+        self.peek = max(PEEK, 2 * out.writers)
         self.arrived: list[str] = []  # renamed into ready/ (inotify) since ``listing`` was made
         self.arrivals: Watch | None = None  # renames into ready/, while run() runs
         self.last_input = time.monotonic()
@@ -516,28 +523,57 @@ class Writer:
         return not any(n.startswith(epoch_prefix(epoch)) for n in self.listing)
 
     def _claim_next(self) -> str | None:
-        """Rename the first claimable object into our claimed set; None if there is none now."""
+        """Rename the next object ``_pick`` chooses into our claimed set; None if there is
+        none now."""
         self._list()
         while self.listing:
-            name = self.listing[0]
+            now = time.monotonic()
+            i = self._pick(now)
+            if i is None:
+                return None
+            name = self.listing[i]
             parsed = parse_object_name(name)
             if parsed is None:
-                self.listing.pop(0)
+                self.listing.pop(i)
                 continue
-            epoch = parsed[0]
+            epoch, seq, _ = parsed
+            if not self._mine(seq) and now - self.listed_at >= STEAL_AFTER:
+                self._list(force=True)  # the writer whose share it is may have taken it since
+                continue
             current = self.open[0].epoch if self.open else self.shard_epoch
             if epoch != current:
                 if self.open or self.finished or not self._may_switch(name, epoch):
                     return None  # finish this epoch's shard before starting another
                 self._publish()
                 self.shard_epoch = None
-            self.listing.pop(0)
+                if self.listing[i : i + 1] != [name]:  # _may_switch listed ready/ again
+                    continue  # choose from the new listing
+            self.listing.pop(i)
+            self.first_seen.pop(name, None)
             try:
                 os.rename(f"{self._ready_dir}/{name}", self._claimed(name))
             except FileNotFoundError:
                 continue  # another writer was faster
             return name
         return None
+
+    def _pick(self, now: float) -> int | None:
+        """Which of the first ``peek`` names of ``listing`` to claim: the first of this
+        writer's share (``_mine``), or the first another writer left waiting ``STEAL_AFTER``
+        seconds (busy, or down: no object waits long for one writer). Each arrival wakes every
+        writer; when all of them took the first name they saw, all but one renamed it in vain,
+        once per object per extra writer."""
+        for i, name in enumerate(self.listing[: self.peek]):
+            parsed = parse_object_name(name)
+            if parsed is None or self._mine(parsed[1]):
+                return i
+            if now - self.first_seen.get(name, now) >= STEAL_AFTER:
+                return i
+        return None
+
+    def _mine(self, seq: int) -> bool:
+        """Whether the object at ``seq`` of its epoch is in this writer's share."""
+        return seq % self.writers == self.index
 
     def _may_switch(self, name: str, epoch: int) -> bool:
         """Whether this writer, with nothing open, may take ``name``, an object of ``epoch``:
@@ -563,9 +599,10 @@ class Writer:
         if not all(downloaded(k).exists() for k in range(oldest, epoch)):
             return False
         # The listing ``name`` came from may predate the last of those markers: list again,
-        # so that an object of an earlier epoch that arrived just before it is taken first.
+        # so that an object of an earlier epoch that arrived just before it is taken first
+        # (names sort by epoch).
         self._list(force=True)
-        return bool(self.listing) and self.listing[0] == name
+        return bool(self.listing) and self.listing[0] >= epoch_prefix(epoch)
 
     def _wait_for_arrivals(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for an object to be renamed into ready/; the names
@@ -593,14 +630,23 @@ class Writer:
         now = time.monotonic()
         stale = now - self.listed_at > LISTING_MAX_AGE
         if force or stale or (self.arrivals is None and not self.listing):
+            if self.arrivals is not None:
+                # What arrived so far is in the listing: read again later, names this writer
+                # took meanwhile would come back, each a rename in vain.
+                self.arrivals.read_now()
             self.listing = sorted(os.listdir(self.layout.cache_ready))
             self.listed_at = now
             self.arrived.clear()
+            seen = self.first_seen
+            self.first_seen = {name: seen.get(name, now) for name in self.listing}
             return
-        if not self.listing:
+        if self._pick(now) is None:
             self._arrived()
         if self.arrived:
-            # Names another writer has claimed since stay in the list: its rename fails.
+            # Names another writer has claimed since stay in the list until it is listed again
+            # (``_claim_next`` does so before it takes one of another writer's share).
+            for name in self.arrived:
+                self.first_seen.setdefault(name, now)
             self.listing = sorted({*self.listing, *self.arrived})
             self.arrived.clear()
 
