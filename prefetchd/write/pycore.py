@@ -90,23 +90,17 @@ def frame_file_example(
     """One sample whose ``None`` value is the ``size`` bytes of file ``fd`` (from offset 0),
     framed as ``frame_examples`` frames it with those bytes as that value; None if the file
     does not hold exactly ``size`` bytes (the C core reads them straight into the frame)."""
-    holes = [i for i, (_, value) in enumerate(sample) if value is None]
-    if not holes:
+    hole = next((i for i, (_, value) in enumerate(sample) if value is None), None)
+    if hole is None:
         raise TypeError("frame_file_example() needs one None value")
     if size < 0:
         raise ValueError("negative size")
     data = _pread_all(fd, size + 1)
     if len(data) != size:
         return None
-    filled: list[tuple[bytes, bytes | int]] = []
-    for i, (name, value) in enumerate(sample):
-        if i == holes[0]:
-            filled.append((name, data))
-        elif value is None:
-            raise TypeError("unsupported feature value type NoneType")
-        else:
-            filled.append((name, value))
-    return frame_examples([filled])
+    # A second None stays None: encode_example rejects it, as the C core does.
+    filled = [(name, data if i == hole else value) for i, (name, value) in enumerate(sample)]
+    return frame_examples([filled])  # type: ignore[list-item]
 
 
 def _pread_all(fd: int, n: int) -> bytes:

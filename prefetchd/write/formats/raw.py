@@ -30,7 +30,7 @@ class RawFormat:
 
     def records(self, key: str, path: str) -> Iterator[bytes]:
         data = self._data(key, path, buffered=True)
-        yield encode_example({"key": key.encode("utf-8", "surrogateescape"), "data": data})
+        yield encode_example({"key": _key_bytes(key), "data": data})
 
     def frames(self, key: str, path: str) -> Iterator[Frames]:
         """The one record of ``records``, framed in one call. An uncompressed object is read
@@ -41,7 +41,7 @@ class RawFormat:
                 yield batch
                 return
         data = self._data(key, path, buffered=False)
-        sample = sorted_features({"key": key.encode("utf-8", "surrogateescape"), "data": data})
+        sample = sorted_features({"key": _key_bytes(key), "data": data})
         frames = Frames.of(*core.IMPL.frame_examples([sample]))
         del data, sample  # not held twice while the writer holds the frame
         yield frames
@@ -51,23 +51,25 @@ class RawFormat:
         while it was read (``_data`` then reads it the general way)."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            size = os.fstat(fd).st_size
-            if size > self.max_record_size:
-                raise RecordTooLarge(key, "raw object", size, self.max_record_size, exact=True)
-            name = key.encode("utf-8", "surrogateescape")
-            batch = core.IMPL.frame_file_example([(b"data", None), (b"key", name)], fd, size)
+            size = self._checked_size(key, os.fstat(fd).st_size)
+            sample = [(b"data", None), (b"key", _key_bytes(key))]  # sorted, as sorted_features
+            batch = core.IMPL.frame_file_example(sample, fd, size)
         finally:
             os.close(fd)
         return None if batch is None else Frames.of(*batch)
+
+    def _checked_size(self, key: str, size: int) -> int:
+        """An uncompressed object's ``size``; raises ``RecordTooLarge`` over the limit."""
+        if size > self.max_record_size:
+            raise RecordTooLarge(key, "raw object", size, self.max_record_size, exact=True)
+        return size
 
     def _data(self, key: str, path: str, *, buffered: bool) -> bytes:
         """The object's (decompressed) bytes; raises ``RecordTooLarge`` over the limit."""
         limit = self.max_record_size
         most = limit  # bytes to ask for: the limit, or an uncompressed object's size
         if compression_of(key) is None:
-            size = os.stat(path).st_size
-            if size > limit:
-                raise RecordTooLarge(key, "raw object", size, limit, exact=True)
+            size = self._checked_size(key, os.stat(path).st_size)
             # read(n) allocates n bytes up front: ask for what is there (+1 to see growth),
             # not for the whole limit, which costs a 64 MiB allocation per small object
             most = size
@@ -78,3 +80,8 @@ class RawFormat:
         if len(data) > limit:
             raise RecordTooLarge(key, "raw object (decompressed)", len(data), limit)
         return data
+
+
+def _key_bytes(key: str) -> bytes:
+    """The ``key`` feature: the object key's bytes (a key that was not UTF-8 keeps its own)."""
+    return key.encode("utf-8", "surrogateescape")

@@ -112,19 +112,22 @@ def test_raw_format_empty_object_is_one_example(tmp_path: Path) -> None:
     assert example.features.feature["data"].bytes_list.value == [b""]
 
 
+def read_raw_shard(shard: Path, frames: list[bytes]) -> dict[str, bytes]:
+    """``frames`` written as one shard and read back by TensorFlow: key -> data."""
+    shard.write_bytes(b"".join(frames))
+    dataset = tf.data.TFRecordDataset(str(shard)).map(
+        lambda r: tf.io.parse_single_example(r, RAW_SPEC)
+    )
+    return {bytes(x["key"]).decode(): bytes(x["data"]) for x in dataset.as_numpy_iterator()}
+
+
 def test_raw_records_are_readable_through_a_tfrecord_file(tmp_path: Path) -> None:
     objects = {f"k{i}": bytes([i]) * (i * 1000) for i in range(5)}
     frames = []
     for key, data in objects.items():
         (tmp_path / key).write_bytes(data)
         frames += [frame(r) for r in get_format("raw").records(key, str(tmp_path / key))]
-    shard = tmp_path / "shard.tfrecord"
-    shard.write_bytes(b"".join(frames))
-    dataset = tf.data.TFRecordDataset(str(shard)).map(
-        lambda r: tf.io.parse_single_example(r, RAW_SPEC)
-    )
-    got = {bytes(x["key"]).decode(): bytes(x["data"]) for x in dataset.as_numpy_iterator()}
-    assert got == objects
+    assert read_raw_shard(tmp_path / "shard.tfrecord", frames) == objects
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["read-into-frame", "size-changed"])
@@ -146,13 +149,7 @@ def test_raw_frames_are_the_records_framed_and_tensorflow_reads_them(
         (record,) = raw.records(key, str(path))
         assert batch.data == frame(record)
         written.append(batch.data)
-    shard = tmp_path / "shard.tfrecord"
-    shard.write_bytes(b"".join(written))
-    dataset = tf.data.TFRecordDataset(str(shard)).map(
-        lambda r: tf.io.parse_single_example(r, RAW_SPEC)
-    )
-    got = {bytes(x["key"]).decode(): bytes(x["data"]) for x in dataset.as_numpy_iterator()}
-    assert got == objects
+    assert read_raw_shard(tmp_path / "shard.tfrecord", written) == objects
 
 
 # --- plugins ----------------------------------------------------------------------------------
