@@ -1,0 +1,1 @@
+"""The child's side of the contract with the supervisor."""

@@ -1,0 +1,1 @@
+"""The commands (`prefetchd run|status|check|init`), apart from the library."""

@@ -1,0 +1,1 @@
+"""Every message one process writes for another: one codec shape, a version each."""
