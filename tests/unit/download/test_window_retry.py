@@ -91,13 +91,13 @@ def run_downloader(
     layout = Layout.of(config)
     layout.create()
     downloader = Downloader(Turns(config, lambda: until(layout), TURNS))
-    downloader.share = ShareTable.of(SourceObject(f"d/{i}", SIZE, None) for i in range(2))
+    downloader.plan.share = ShareTable.of(SourceObject(f"d/{i}", SIZE, None) for i in range(2))
     downloader.transfer = FlakyTransfer(downloader._transfer_done, corrupt)
     with (
         Watch(layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions,
         Watch(layout.cache_ready, IN_DELETE) as vanished,
     ):
-        downloader.deletions, downloader.vanished = deletions, vanished
+        downloader.admission.watch(deletions, vanished)
         downloader._loop()
     return layout, sorted(os.listdir(layout.cache_ready))
 

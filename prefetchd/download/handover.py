@@ -1,0 +1,114 @@
+"""``download.keep`` in the downloader's loop: an object whose verified copy is kept
+(``keeper.py``) is published without a GET. The kept file is hard-linked at ``.tmp/<obj>.part``
+and published as a download is (``publish.py``), held to the hand-over ledger
+(``admission.py``) instead of the window.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from prefetchd.budget import Window
+from prefetchd.download.jobs import Job
+from prefetchd.download.keeper import Keeper
+from prefetchd.download.plan import EpochPlan
+from prefetchd.download.publish import Publisher
+from prefetchd.download.share import ShareTable
+from prefetchd.download.store import list_share, make_client
+from prefetchd.exactly_once.download_log import PUBLISHED
+from prefetchd.supervise.child_report import Activity, DownloaderCounters
+
+log = logging.getLogger(__name__)
+
+
+class Handover:
+    """Owns the kept copies' part of downloading: choosing what to keep at start-up (``plan``),
+    listing again before a later epoch so that a copy stands in only for an unchanged object
+    (``refresh``), and publishing an object from its kept copy (``serve``)."""
+
+    def __init__(
+        self,
+        keeper: Keeper,
+        counters: DownloaderCounters,
+        handoff: Window,
+        plan: EpochPlan,
+        publisher: Publisher,
+        active: dict[str, Job],
+        handle: Callable[[Job], None],
+    ) -> None:
+        self.planner = keeper  # plans even with download.keep 0: drops what was kept
+        self.keeper = keeper if keeper.store.capacity else None
+        self.counters = counters
+        self.handoff = handoff
+        self.plan = plan
+        self.publisher = publisher
+        self.active = active
+        self.handle = handle  # the loop's handling of a settled job
+
+    def choose(self, share: ShareTable) -> None:
+        """Choose what to keep; with ``download.keep: 0``, drop what an earlier run kept."""
+        self.planner.plan(share)
+
+    def refresh(self, listed: Callable[[int], None]) -> None:
+        """List again before an epoch that may serve kept copies: a copy stands in only for an
+        object unchanged since (invariant 10). If the listing fails, serve none this epoch."""
+        keeper = self.keeper
+        if keeper is None or not keeper.store.entries:
+            return
+        config = self.publisher.config
+        client = make_client(config, pool=8)
+        # Nothing is scheduled until the listing ends: status says so meanwhile, then shows
+        # what the loop was doing (serving kept copies sets no activity of its own).
+        previous, self.counters["activity"] = self.counters["activity"], Activity.LISTING
+        try:
+            listing = ShareTable.of(list_share(client, config, listed=listed))
+        except Exception as exc:  # the store's error, whatever its type: downloads still work
+            log.warning(
+                "download.keep: listing again failed (%s); no kept copy is used this epoch", exc
+            )
+            keeper.trusted = False
+            return
+        finally:
+            self.counters["activity"] = previous
+        keeper.refresh(self.plan.share, listing)
+
+    def serve(self, job: Job) -> bool | None:
+        """Publish ``job`` from its kept copy: True if done, False if it must be downloaded,
+        None if it must wait (the hand-over ledger is full, or the previous epoch is still
+        downloading it to keep it): the loop waits, as for the window."""
+        name = self.keeper.usable(job.obj) if self.keeper is not None else None
+        if self.keeper is None or name is None:
+            if self.keeper is not None and self.keeper.wants(job.obj) and self._fetching(job):
+                # The previous epoch is still downloading it, to keep it: wait for that copy
+                # instead of fetching the same bytes twice.
+                return None
+            return False
+        if not self.handoff.fits(job.obj.size):
+            self.counters["activity"] = Activity.WAITING_FOR_WINDOW
+            return None
+        if not self.keeper.hand_over(name, job.obj, job.tmp):
+            return False
+        self.handoff.reserve(job.name, job.obj.size)
+        try:
+            self.publisher.write_meta(job)
+            self.publisher.download_log.append(job.epoch, job.name, PUBLISHED)
+        except OSError as exc:  # ENOSPC: like a download that cannot be published
+            job.error = exc
+            self.handoff.release(job.name)
+            self.handle(job)
+            return True
+        os.rename(job.tmp, self.publisher.layout.cache_ready / job.name)
+        self.keeper.hit(job.epoch, job.obj)
+        self.plan.mark_done(job)
+        return True
+
+    def _fetching(self, job: Job) -> bool:
+        """Whether the same object is being downloaded for an earlier epoch (local names end in
+        the hash of bucket and key). Only requests in flight count: one waiting for a retry is
+        resubmitted by the loop, which must not wait for it."""
+        if job.epoch == self.plan.first_epoch:
+            return False  # no earlier epoch in this run: skip the scan of every request
+        digest = job.name.rpartition("-")[2]
+        return any(name.endswith(digest) for name in self.active)

@@ -1,0 +1,157 @@
+"""Publishing a fetched object to the writers, in three steps whose order makes a crash at any
+point safe::
+
+    meta/<obj>.json written  ->  "P <hash>" appended to the download log  ->  .tmp/<obj>.part
+    renamed to ready/<obj>
+
+A first meta is written without a temp name, complete before its log line; no reader opens it
+before the rename, and one a crash left partial is of an object not yet logged, which start-up
+deletes (``restart.py``). A meta rewritten (a refetched object's) is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import queue
+from pathlib import Path
+
+from prefetchd.budget import Window
+from prefetchd.config import Config
+from prefetchd.download.jobs import Job
+from prefetchd.download.keeper import Keeper
+from prefetchd.download.plan import EpochPlan
+from prefetchd.exactly_once.download_log import PUBLISHED, SKIPPED, DownloadLog
+from prefetchd.layout import write_atomic, write_new
+from prefetchd.logs import escape_key
+from prefetchd.supervise.child import ChildContext
+from prefetchd.supervise.child_report import DownloaderCounters
+
+log = logging.getLogger(__name__)
+
+
+class Publisher:
+    """Owns the end of every fetch: the queue of settled jobs the transfer threads fill
+    (``results``), the meta each one writes early (``meta_written``), publishing a verified
+    object into ``ready/``, skipping one given up, and removing what a failed fetch left."""
+
+    def __init__(
+        self,
+        ctx: ChildContext,
+        counters: DownloaderCounters,
+        window: Window,
+        download_log: DownloadLog,
+        plan: EpochPlan,
+        keeper: Keeper | None,
+    ) -> None:
+        self.ctx = ctx
+        self.config: Config = ctx.config
+        self.layout = layout = ctx.layout
+        self.counters = counters
+        self.window = window
+        self.download_log = download_log
+        self.plan = plan
+        self.keeper = keeper
+        self.results: queue.SimpleQueue[Job] = queue.SimpleQueue()  # C; no Condition per put
+        self.meta_written: set[str] = set()  # names whose meta a transfer thread wrote
+        self.unverified_reasons: set[str] = set()  # logged once each
+        # Joined per object as text: a pathlib join and its str() cost more than the syscall.
+        self._meta_dir = str(layout.cache_meta)
+        self._ready_dir = str(layout.cache_ready)
+
+    def transfer_done(self, job: Job) -> None:
+        """The transfer's ``done``, on one of its threads: write a fetched object's meta there,
+        in parallel, so the main loop that feeds every request spends less of its time on file
+        creates (each one gives up the GIL and waits to get it back from 32 busy threads).
+        A meta without its object is swept at start-up, so writing it early is safe."""
+        if job.error is None:
+            try:
+                self.write_meta(job)
+                self.meta_written.add(job.name)
+            except OSError:
+                pass  # publish writes it again, and fails loudly if it must
+        self.results.put(job)
+
+    def write_meta(self, job: Job) -> None:
+        meta: dict[str, object] = {
+            "key": job.obj.key,
+            "size": job.obj.size,
+            "etag": job.obj.etag,
+            "epoch": job.epoch,
+        }
+        if job.records_ok:
+            meta["records_ok"] = True  # the writer skips its read-through (writer._validate)
+        # A first write needs no temp name + rename (one of ~6 syscalls per object): a writer
+        # opens a meta only once its object is in ready/, after this returned (the order
+        # in the module docstring), and a first meta left partial by a crash belongs to an
+        # object not yet logged, which the start-up sweep removes. A meta that exists (a
+        # refetch of a logged object, rewritten once verified) is replaced atomically: a crash
+        # must not leave a logged object with a partial meta.
+        path, data = f"{self._meta_dir}/{job.name}.json", json.dumps(meta).encode()
+        if not write_new(path, data):
+            write_atomic(Path(path), data)
+
+    def try_publish(self, job: Job) -> OSError | None:
+        """Publish; a full cache disk (ENOSPC) is returned as the job's error, to be retried
+        after a pause like a store error — the object was not logged, so nothing is lost."""
+        try:
+            self.publish(job)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)
+            return exc
+        return None
+
+    def publish(self, job: Job) -> None:
+        if job.name in self.meta_written:  # by transfer_done, after verifying (records_ok)
+            self.meta_written.discard(job.name)
+        else:
+            self.write_meta(job)
+        self.download_log.append(job.epoch, job.name, PUBLISHED)
+        if self.keeper is not None:
+            room = self.window.limit - self.window.used
+            self.keeper.downloaded(job.epoch, job.obj, job.tmp, reserve=max(0, room))
+        os.rename(job.tmp, f"{self._ready_dir}/{job.name}")
+        self.counters["objects_downloaded"] += 1
+        self.counters["bytes_downloaded"] += job.obj.size
+        self.plan.mark_done(job)
+
+    def note_unverified(self, job: Job) -> None:
+        """Count an object published with only its size checked; say why once per reason."""
+        if job.unverified is None:
+            return
+        self.counters["objects_unverified"] += 1
+        if job.unverified not in self.unverified_reasons:
+            self.unverified_reasons.add(job.unverified)
+            log.warning(
+                "objects like s3://%s/%s are checked for size only: %s",
+                self.config.source.bucket,
+                job.obj.key,
+                job.unverified,
+            )
+
+    def skip(self, job: Job, reason: str) -> None:
+        """Give ``job`` up for this epoch: say why, log it as skipped, free its room."""
+        self.window.release(job.name)  # given up: the room it kept for a retry (discard)
+        key = escape_key(job.obj.key)
+        log.error("skipping s3://%s/%s: %s", self.config.source.bucket, key, reason)
+        self.ctx.error(job.obj.key, reason)
+        self.counters["errors"] += 1
+        self.counters["objects_skipped"] += 1
+        self.download_log.append(job.epoch, job.name, SKIPPED)
+        self.plan.mark_done(job)
+
+    def discard(self, job: Job) -> None:
+        """Remove what a failed fetch left. Its room in the window stays reserved until the
+        object is published or skipped: a retry that gave it up could find the window full of
+        later objects — of the next epoch, which writers hold until this one ends — and wait
+        for ever (the soak's stall)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(job.tmp)
+        if job.name in self.meta_written:  # written early by transfer_done, now not wanted
+            self.meta_written.discard(job.name)
+            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)

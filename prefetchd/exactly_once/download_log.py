@@ -1,0 +1,69 @@
+"""The download log: the objects of an epoch the downloader is done with, one line each.
+
+``progress/e<k>.log`` holds an ASCII line per object of epoch k that is finished for good::
+
+    P <hash>    published: its meta is written, this line appended, then its .part renamed
+                into ready/ (the line is the download's commit point)
+    S <hash>    skipped: given up for this epoch (deleted, overwritten, denied, corrupt...)
+
+``<hash>`` is the last field of the object's local name (the hash of bucket and key). Lines are
+only appended, one ``write`` each on a file kept open; a line a crash cut short has one field and
+is ignored. On restart the downloader rolls forward a ``.part`` whose hash is logged, fetches
+any other again, and fetches no logged object again (unless its file vanished from ``ready/``).
+The supervisor removes an epoch's log once the epoch is complete.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prefetchd.layout import open_append, parse_object_name
+
+PUBLISHED = "P"
+SKIPPED = "S"
+
+
+class DownloadLog:
+    """The per-epoch download logs under one directory (``layout.progress``): read at start-up,
+    appended to while downloading. Owns each epoch's file descriptor, open for appending from
+    its first line until ``close(epoch)``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._fds: dict[int, int] = {}  # epoch -> its log, open for appending
+
+    def path(self, epoch: int) -> Path:
+        return self.directory / f"e{epoch}.log"
+
+    def epochs(self) -> list[int]:
+        """The epochs that have a log on disk (not yet complete), in order."""
+        return sorted(int(p.stem[1:]) for p in self.directory.glob("e*.log"))
+
+    def read(self, epoch: int) -> set[str]:
+        """The hashes logged for ``epoch``, published or skipped; empty if it has no log."""
+        try:
+            with self.path(epoch).open(encoding="ascii") as f:
+                return {line.split()[1] for line in f if len(line.split()) == 2}
+        except FileNotFoundError:
+            return set()
+
+    def append(self, epoch: int, name: str, kind: str) -> None:
+        """Log the object of local name ``name`` as ``kind`` (``PUBLISHED`` or ``SKIPPED``)."""
+        digest = parse_object_name(name)
+        assert digest is not None
+        fd = self._fds.get(epoch)
+        if fd is None:  # kept open: one write per object, not open + write + close
+            fd = self._fds[epoch] = open_append(self.path(epoch))
+        os.write(fd, f"{kind} {digest[2]}\n".encode("ascii"))
+
+    def close(self, epoch: int) -> None:
+        """Nothing more will be logged for ``epoch``: close its file if it is open."""
+        fd = self._fds.pop(epoch, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close_all(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
