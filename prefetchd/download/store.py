@@ -47,7 +47,7 @@ _SESSION_ENV = (
 
 
 def session(profile: str | None, region: str | None) -> botocore.session.Session:
-    """A botocore session for ``profile`` and ``region``, shared by the process's clients and
+    """A botocore session for ``profile`` and ``region``, reused by the process's clients and
     by the crt transfer's signer: a client costs ~7 ms of CPU from a session that has made one
     before and ~110 ms from a new one (each session parses the S3 service model), most of the
     downloader's start-up. A session keeps the credentials it resolved, so a changed
