@@ -73,7 +73,7 @@ class Downloader:
         self.publisher = Publisher(
             ctx, self.counters, self.window, self.download_log, self.plan, keeping
         )
-        self._transfer_done = self.publisher.transfer_done  # the transfer's done, its threads'
+        self._transfer_done = self.publisher.transfer_done  # called on the transfer's threads
         self.retries = Retries(ctx, self.counters, self.window, self.publisher)
         self.handover = Handover(
             keeper, self.counters, handoff, self.plan, self.publisher, self.active, self._handle

@@ -37,6 +37,8 @@ FIRST_PART_MIN = 1024 * 1024  # the smallest part of the first object (see _firs
 
 @dataclass
 class EpochProgress:
+    """How far one epoch is: which positions of its order are published or skipped."""
+
     total: int
     finished: bytearray  # one byte per position in the epoch's order: published or skipped
     done: int = 0  # how many of ``finished`` are set
