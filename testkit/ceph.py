@@ -37,7 +37,15 @@ from testkit.s3server import HOST, ServerError, _log_tail, answers, stop_process
 
 START_TIMEOUT = 120.0  # the whole start; one step's limit is STEP_TIMEOUT
 STEP_TIMEOUT = 60.0
-BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "ceph", "ceph-authtool", "monmaptool")
+BINARIES = (
+    "ceph-mon",
+    "ceph-osd",
+    "radosgw",
+    "radosgw-admin",
+    "ceph",
+    "ceph-authtool",
+    "monmaptool",
+)
 PACKAGES = "radosgw ceph-mon ceph-osd"
 PORTS = 40  # RGW, monitor, and the OSD's messenger range
 
