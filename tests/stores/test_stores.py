@@ -117,8 +117,8 @@ def test_tfrecord_with_a_multipart_object_two_epochs_exactly_once(
 
 
 # Ceph answers 1,000 keys a page: 1,100 objects take two pages of the daemon's own listing.
-# The JuiceFS gateway answered all 1,100 in one page (the daemon sends no max-keys): there the
-# daemon's lister pages with a small max-keys below instead.
+# The JuiceFS gateway answers up to 4,500 a page (the daemon sends no max-keys): there only the
+# daemon's lister, with a small max-keys below, crosses pages.
 RAW_OBJECTS = {"ceph": 1_100, "juicefs": 300}
 
 
