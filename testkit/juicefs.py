@@ -7,8 +7,8 @@ directories are buckets, so tests can create their own), ``--no-usage-report`` a
 ``--no-agent`` (nothing leaves the machine, no debug agent listens), and its S3 keys as
 ``MINIO_ROOT_USER`` (3+ characters) / ``MINIO_ROOT_PASSWORD`` (8+). Every listener (S3 and
 metrics) binds 127.0.0.1 on an explicit port; the gateway runs in its own session and is
-stopped by PID (``Server.stop()``). Its log is ``gateway.log`` in the directory; a start that
-fails raises ``ServerError`` with the log's tail.
+stopped by PID (``Server.stop()``). Its output is ``gateway.out`` in the directory (``juicefs
+format``'s ``format.log``); a start that fails raises ``ServerError`` with the log's tail.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ def gateway_command(binary: str, workdir: Path, port: int) -> list[str]:
         f"--metrics={HOST}:{port + 1}",
         f"--cache-dir={workdir / 'cache'}",
         "--backup-meta=0",
-        f"--log={workdir / 'gateway.log'}",
     ]
 
 
@@ -71,7 +70,7 @@ def start_juicefs(port: int, access_key: str, secret_key: str) -> Server:
     if len(access_key) < 3 or len(secret_key) < 8:
         raise ServerError("the JuiceFS gateway needs an access key of 3+ and a secret of 8+ chars")
     workdir = Path(tempfile.mkdtemp(prefix="prefetchd-juicefs-"))
-    log = workdir / "gateway.log"
+    log = workdir / "format.log"
     try:
         _format(binary, workdir, log)
         env = {
