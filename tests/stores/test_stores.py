@@ -37,7 +37,7 @@ from .conftest import Store
 pytestmark = pytest.mark.e2e
 
 SMALL = [1 * KIB, 17 * KIB, 64 * KIB, 300 * KIB, 700 * KIB, 1 * MIB, 90 * KIB, 5 * KIB]
-PART = 5 * MIB  # S3's least part size (JuiceFS does not enforce it, Ceph does)
+PART = 5 * MIB  # S3's least part size (the JuiceFS gateway does not enforce it)
 PATH_STYLE = {"source__addressing_style": "path"}
 
 
