@@ -21,6 +21,16 @@ if ! command -v systemd-analyze >/dev/null && [ "$(id -u)" = 0 ] && command -v a
         echo "warning: could not install systemd; the systemd-analyze tests will be skipped"
 fi
 
+# tests/stores runs the daemon against a one-node Ceph cluster's S3 gateway (RGW): on a fresh
+# Debian/Ubuntu machine as root install it. Without it those tests fail and say what to install
+# (the JuiceFS gateway, the other real store there, comes with the dev extra).
+if ! command -v radosgw >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Ceph (radosgw ceph-mon ceph-osd, for tests/stores)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends radosgw ceph-mon ceph-osd >/dev/null; } ||
+        echo "warning: could not install Ceph; the Ceph RGW tests in tests/stores will fail"
+fi
+
 failed=()
 step() {
     local name=$1 started=$SECONDS
