@@ -13,7 +13,6 @@ costs the kernel ~0.2 CPU-s per GB, and the trainer's CPU is the one prefetchd e
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import os
 import threading
@@ -24,33 +23,33 @@ from typing import ClassVar
 
 from prefetchd.consume.claimant import ClaimantLock
 from prefetchd.consume.claims import retire
+from prefetchd.consume.reads import ClaimReads
 from prefetchd.inotify import IN_CLOSE, IN_OPEN, Event, Watch
 from prefetchd.layout import Layout
 
 log = logging.getLogger(__name__)
 
-_UNREAD, _READING, _DOUBTFUL = -1, 1, 0  # states of a tracked claim (see ShardReleaser)
-
 
 class ShardReleaser:
     """Frees this process's claimed shards (``retire``) once this process has read them.
 
-    Owns the read state of the process's claims, the inotify watch on ``claimed/`` with the
-    thread that reads it, and the process's ``ClaimantLock`` (claimant tag, lock file, wait
-    figures). One per process and ``ram_dir``, shared by every ``ready_files()`` iterator in
-    it. A claim is ``_UNREAD`` until a batch of inotify events touching it finds it among this
-    process's open files (``_READING``); it is retired at the first such batch that finds it
+    Owns the inotify watch on ``claimed/`` with the thread that reads it, the scans of this
+    process's open files, the retiring of read claims, and the process's ``ClaimantLock``
+    (claimant tag, lock file, wait figures); which claims were read is its ``ClaimReads``'s
+    (``consume/reads.py``). One per process and ``ram_dir``, shared by every ``ready_files()``
+    iterator in it. A claim is UNREAD until a batch of inotify events touching it finds it among
+    this process's open files (READING); it is retired at the first such batch that finds it
     closed again. The cost is one scan of ``/proc/self/fd`` per batch of events that touches a
     claim of ours (about two per shard), nothing per record. A claim that was opened and closed
     before any scan saw it open (a whole read faster than this thread wakes up, or another
-    process's) is ``_DOUBTFUL``: kept, since retiring it could take it from under a trainer
-    that has yet to open it, until a scan finds this process reading a claim it made later
-    (trainers open their shards in the order they got them, so it was read), or an iterator of
-    this process starts waiting for a shard or finds its epoch over (its trainer wants more),
-    or the process exits. At most the newest claims wait so, and never while the trainer
-    waits, so RAM cannot fill with read shards. A trainer that asks for more before opening a
-    shard it got, which another process happened to open and close just then, could find it
-    gone (its open fails loudly): the one window left, documented in docs/reliability.md.
+    process's) is DOUBTFUL: kept, since retiring it could take it from under a trainer that has
+    yet to open it, until a scan finds this process reading a claim it made later (trainers open
+    their shards in the order they got them, so it was read), or an iterator of this process
+    starts waiting for a shard or finds its epoch over (its trainer wants more), or the process
+    exits. At most the newest claims wait so, and never while the trainer waits, so RAM cannot
+    fill with read shards. A trainer that asks for more before opening a shard it got, which
+    another process happened to open and close just then, could find it gone (its open fails
+    loudly): the one window left, documented in docs/reliability.md.
 
     A releaser belongs to the process that made it. A forked child (a DataLoader worker)
     inherits its parent's releasers, perhaps with a lock held by a parent thread that does not
@@ -84,11 +83,8 @@ class ShardReleaser:
         self.pid = self._claimant_lock.pid
         self.claimant = self._claimant_lock.claimant  # names this process's claims
         self.released = 0
-        self._opens: dict[str, int] = {}  # claimed name -> _UNREAD | _READING | _DOUBTFUL
-        self._order: dict[str, int] = {}  # claimed name -> how many claims came before it
-        self._claims = itertools.count()
-        self._retained: set[str] = set()  # claims of resumable streams: never deleted here
-        self._lock = threading.Lock()
+        self._reads = ClaimReads()
+        self._lock = threading.Lock()  # _reads, the watch
         self._watch = Watch(self.directory, IN_OPEN | IN_CLOSE)
         self._thread = threading.Thread(target=self._run, name="prefetchd-releaser", daemon=True)
         self._thread.start()
@@ -103,9 +99,7 @@ class ShardReleaser:
         for releaser in list(cls._every):
             releaser._lock = threading.Lock()
             releaser._claimant_lock.after_fork()
-            releaser._opens.clear()
-            releaser._order.clear()
-            releaser._retained.clear()
+            releaser._reads.clear()
 
     def _foreign(self) -> bool:
         """Whether this releaser is another process's (inherited by a fork)."""
@@ -126,12 +120,8 @@ class ShardReleaser:
         """This process asked for another shard (it waits, or the epoch is over): the doubtful
         claims it does not hold now were read; free them."""
         with self._lock:
-            if _DOUBTFUL not in self._opens.values():
-                return
-            held = self._held_now()
-            for name, state in list(self._opens.items()):
-                if state == _DOUBTFUL and name not in held:
-                    self._release(name)
+            if self._reads.has_doubtful():
+                self._retire(self._reads.doubtful_not_held(self._held_now()))
 
     def end_wait(self, waiting: bool, *, claimed: int = 0) -> bool:
         """That iterator got a shard (``claimed``) or stopped waiting."""
@@ -144,10 +134,7 @@ class ShardReleaser:
         if self._foreign():
             return
         with self._lock:
-            self._opens[name] = _UNREAD
-            self._order[name] = next(self._claims)
-            if retain:
-                self._retained.add(name)
+            self._reads.track(name, retain=retain)
 
     def finished(self, name: str) -> None:
         """This process's own code is done with the claim ``name`` (read to its end, or given
@@ -155,14 +142,11 @@ class ShardReleaser:
         says so when it closes a shard; a resumable stream's claim stays until a position
         covers it)."""
         with self._lock:
-            if name in self._opens:
-                self._release(name)
+            self._retire(self._reads.finished(name))
 
     def untrack(self, name: str) -> None:
         with self._lock:
-            self._opens.pop(name, None)
-            self._order.pop(name, None)
-            self._retained.discard(name)
+            self._reads.untrack(name)
 
     def stale(self) -> bool:
         """Whether ``claimed/`` was replaced (a fresh job recreated the RAM disk), so this
@@ -174,7 +158,7 @@ class ShardReleaser:
 
     def pending(self) -> int:
         with self._lock:
-            return len(self._opens)
+            return len(self._reads)
 
     def flush(self) -> None:
         """Apply the events that already arrived (at exit, so finished shards are not left)."""
@@ -187,9 +171,7 @@ class ShardReleaser:
     def _at_exit(self) -> None:
         self.flush()
         with self._lock:  # nothing of this process can still open them
-            for name, state in list(self._opens.items()):
-                if state == _DOUBTFUL:
-                    self._release(name)
+            self._retire(self._reads.doubtful_not_held(set()))
         self._claimant_lock.remove()
 
     def _run(self) -> None:
@@ -207,29 +189,15 @@ class ShardReleaser:
         """Update our claims that ``events`` touched from this process's open files (called
         with ``_lock`` held)."""
         if any(event.overflow for event in events):
-            self._resync()
+            # Events were lost: trust /proc/self/fd for what is open right now.
+            self._retire(self._reads.resync(self._held_now()))
             return
-        closed = {e.name for e in events if e.mask & IN_CLOSE and e.name in self._opens}
-        touched = closed | {e.name for e in events if e.mask & IN_OPEN and e.name in self._opens}
+        reads = self._reads
+        closed = {e.name for e in events if e.mask & IN_CLOSE and e.name in reads}
+        touched = closed | {e.name for e in events if e.mask & IN_OPEN and e.name in reads}
         if not touched:
             return  # other processes' claims, or nothing of ours: no scan
-        held = self._held_now()
-        for name in touched:
-            state = self._opens[name]
-            if name in held:
-                self._opens[name] = _READING
-            elif state == _READING:
-                self._release(name)  # we held it and hold it no more: read
-            elif name in closed:
-                self._opens[name] = _DOUBTFUL
-        self._settle_doubtful(held)
-
-    def _settle_doubtful(self, held: set[str]) -> None:
-        """Release the doubtful claims older than the newest claim this process reads now."""
-        newest = max((self._order.get(n, -1) for n in held), default=-1)
-        for name, state in list(self._opens.items()):
-            if state == _DOUBTFUL and self._order.get(name, newest) < newest:
-                self._release(name)
+        self._retire(reads.seen(touched, closed, self._held_now()))
 
     def _held_now(self) -> set[str]:
         """Names in ``claimed/`` this process has open right now (its own file handles)."""
@@ -244,25 +212,11 @@ class ShardReleaser:
                 held.add(target[len(prefix) :])
         return held
 
-    def _release(self, name: str) -> None:
-        del self._opens[name]
-        self._order.pop(name, None)
-        if name in self._retained:
-            return  # read, but kept until a saved position covers it
-        self.released += 1
-        retire(self.directory, self.done, name)
-
-    def _resync(self) -> None:
-        """After an event-queue overflow: trust /proc/self/fd for what is open right now. A
-        claim opened and closed entirely within the lost events stays unread: kept, and given
-        back to ``ready/`` when this process ends (at least once, never lost)."""
-        held = self._held_now()
-        for name, state in list(self._opens.items()):
-            if name in held:
-                self._opens[name] = _READING
-            elif state == _READING:
-                self._release(name)
-        self._settle_doubtful(held)
+    def _retire(self, names: list[str]) -> None:
+        """Hand the claims found read to the daemon (``done/``)."""
+        for name in names:
+            self.released += 1
+            retire(self.directory, self.done, name)
 
 
 os.register_at_fork(after_in_child=ShardReleaser._detach_after_fork)
