@@ -147,7 +147,7 @@ def main() -> int:
         sys.stderr.flush()
         os._exit(1)  # TensorFlow's threads can hang an orderly exit after a failed pipeline
     if spec["loader"] == "prefetchd":
-        from prefetchd.consume.ready import ShardReleaser
+        from prefetchd.consume.releaser import ShardReleaser
 
         for releaser in ShardReleaser._instances.values():
             result["shards_released_before_exit"] = releaser.released

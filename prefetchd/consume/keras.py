@@ -18,7 +18,7 @@ from typing import Any
 import keras
 
 from prefetchd.config import Config, load_config
-from prefetchd.consume.progress import TrainingPosition
+from prefetchd.consume.position import TrainingPosition
 from prefetchd.consume.tf import resumable_dataset
 
 log = logging.getLogger(__name__)

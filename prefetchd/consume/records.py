@@ -16,7 +16,8 @@ from collections.abc import Generator, Iterator, Mapping
 from typing import Any, BinaryIO, cast
 
 from prefetchd.config import Config, load_config
-from prefetchd.consume.ready import ReadyFiles, ShardReleaser, ready_files
+from prefetchd.consume.ready import ReadyFiles, ready_files
+from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.layout import Layout
 from prefetchd.tfrecord import FramingError, iter_records
 

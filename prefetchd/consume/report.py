@@ -1,4 +1,4 @@
-"""The consumer report: a trainer process's wait figures, in ``ram_dir/consumers/<owner>.lock``.
+"""The consumer report: a trainer process's wait figures, in ``ram_dir/consumers/<claimant>.lock``.
 
 Written by the trainer (``ready.ConsumerStats``, rewritten in place on every wait and claim),
 read by the daemon (``status.read_consumers``) for ``consumer_wait_s`` and the bottleneck

@@ -14,7 +14,7 @@ from typing import Any
 import tensorflow as tf
 
 from prefetchd.config import Config, load_config
-from prefetchd.consume.progress import TrainingPosition
+from prefetchd.consume.position import TrainingPosition
 from prefetchd.consume.ready import ready_files
 
 log = logging.getLogger(__name__)

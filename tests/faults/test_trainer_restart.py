@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from faultkit import SIZES, finish_reader, start_reader
 
-from prefetchd.consume.ready import parse_position
+from prefetchd.consume.stream_position import parse_position
 from testkit.trainers import delivered
 
 pytestmark = pytest.mark.e2e

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from prefetchd.config import Config
-from prefetchd.consume.progress import TrainingPosition, count_records
+from prefetchd.consume.position import TrainingPosition, count_records
 from prefetchd.layout import Layout, shard_name, write_atomic
 from prefetchd.tfrecord import frame, read_records
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from prefetchd.consume.ready import ShardReleaser
+from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.layout import Layout, claim_name, shard_name
 
 
@@ -25,7 +25,7 @@ def releaser(tmp_path: Path) -> Iterator[ShardReleaser]:
 
 
 def claimed(releaser: ShardReleaser, counter: int, size: int = 4096) -> Path:
-    name = claim_name(releaser.owner, shard_name(0, 0, counter))
+    name = claim_name(releaser.claimant, shard_name(0, 0, counter))
     path = releaser.directory / name
     path.write_bytes(b"r" * size)
     releaser.track(name)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from prefetchd.consume.ready import _DaemonHealth
+from prefetchd.consume.health import DaemonHealth
 from prefetchd.errors import DaemonFailed
 from prefetchd.layout import Layout
 from prefetchd.supervise.child_report import ChildReport
@@ -87,7 +87,7 @@ def test_a_wall_clock_step_does_not_expire_a_trainers_grace(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [500.0]
-    health = _DaemonHealth(layout, grace=60, monotonic=lambda: now[0])
+    health = DaemonHealth(layout, grace=60, monotonic=lambda: now[0])
     write_status(layout)
     health.check()
     step_wall_clock(monkeypatch, HOUR)
@@ -102,7 +102,7 @@ def test_a_wall_clock_step_does_not_expire_a_trainers_grace(
 
 def test_a_daemon_that_stops_writing_status_still_expires_the_grace(layout: Layout) -> None:
     now = [500.0]
-    health = _DaemonHealth(layout, grace=60, monotonic=lambda: now[0])
+    health = DaemonHealth(layout, grace=60, monotonic=lambda: now[0])
     write_status(layout)
     health.check()
     now[0] += 59

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefetchd.config import Config
-from prefetchd.consume.ready import ShardReleaser, retire
+from prefetchd.consume.claims import retire
+from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claim_name, shard_name
 from prefetchd.ledger import read_ledger
@@ -28,7 +29,7 @@ def test_a_shard_its_claimant_read_goes_to_done_whole_and_the_trainer_frees_noth
     layout: Layout,
 ) -> None:
     releaser = ShardReleaser(layout)
-    name = claim_name(releaser.owner, shard_name(0, 1, 3))
+    name = claim_name(releaser.claimant, shard_name(0, 1, 3))
     path = layout.ram_claimed / name
     path.write_bytes(b"r" * 65536)
     releaser.track(name)

@@ -15,8 +15,9 @@ import pytest
 
 from prefetchd.cli import main
 from prefetchd.config import Config
-from prefetchd.consume.ready import ConsumerStats, _DaemonHealth
+from prefetchd.consume.health import DaemonHealth
 from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
+from prefetchd.consume.waits import ConsumerStats
 from prefetchd.errors import DaemonFailed
 from prefetchd.layout import Layout, write_atomic
 from prefetchd.supervise.child import ChildContext
@@ -210,7 +211,7 @@ def test_the_supervisors_status_is_read_by_status_and_the_trainer(
 
     status = read_status(layout)
     assert status == supervisor.last_snapshot
-    _DaemonHealth(layout, grace=60).check()  # the trainer: starting is fine
+    DaemonHealth(layout, grace=60).check()  # the trainer: starting is fine
 
     assert main(["status", "--config", str(supervisor.config.path), "--json"]) == 3
     printed = json.loads(capsys.readouterr().out)  # this pid is ours: "not running", printed
@@ -223,7 +224,7 @@ def test_a_failed_daemons_reason_reaches_the_trainer(
     supervisor._fail("writer-0 could not start: no bucket")
     supervisor._publish_status(force=True)
     with pytest.raises(DaemonFailed, match="no bucket"):
-        _DaemonHealth(layout, grace=60).check()
+        DaemonHealth(layout, grace=60).check()
 
 
 @pytest.mark.parametrize("name", ["running_consumer_bound", "running_starved_with_errors"])
@@ -276,7 +277,7 @@ def test_a_newer_status_keeps_what_this_version_does_not_know(
 def test_what_is_not_a_status_record_reads_as_no_status(layout: Layout, text: str) -> None:
     layout.status_file.write_text(text)
     assert read_status(layout) is None
-    _DaemonHealth(layout, grace=60).check()  # no status yet: within the grace period
+    DaemonHealth(layout, grace=60).check()  # no status yet: within the grace period
 
 
 def test_every_key_the_status_record_writes_is_documented(supervisor: Supervisor) -> None:

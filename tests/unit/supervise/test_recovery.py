@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from prefetchd.config import config_from_dict
-from prefetchd.consume.ready import retire
+from prefetchd.consume.claims import retire
 from prefetchd.layout import Layout, claim_name, object_name, shard_name, writer_claim_name
 from prefetchd.ledger import (
     assess,

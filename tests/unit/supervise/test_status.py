@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from prefetchd.consume.ready import ConsumerStats
 from prefetchd.consume.report import ConsumerReport
+from prefetchd.consume.waits import ConsumerStats
 from prefetchd.supervise.child_report import Activity
 from prefetchd.supervise.diagnosis import VERDICTS, diagnose
 from prefetchd.supervise.status import (

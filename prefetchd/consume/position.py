@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from prefetchd.config import Config
-from prefetchd.consume.ready import ReadyFiles, parse_position, ready_files
+from prefetchd.consume.ready import ReadyFiles, ready_files
+from prefetchd.consume.stream_position import parse_position
 from prefetchd.layout import parse_shard_name, write_atomic
 from prefetchd.tfrecord import index_records, read_records
 
