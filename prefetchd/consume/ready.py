@@ -19,7 +19,6 @@ import atexit
 import contextlib
 import fcntl
 import itertools
-import json
 import logging
 import os
 import secrets
@@ -33,7 +32,6 @@ from typing import Any, ClassVar
 
 from prefetchd.config import Config, load_config
 from prefetchd.consume.access import check_trainer_access
-from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
 from prefetchd.errors import DaemonFailed
 from prefetchd.inotify import IN_CLOSE, IN_MOVED_TO, IN_OPEN, Event, Watch
 from prefetchd.layout import (
@@ -46,8 +44,8 @@ from prefetchd.layout import (
     parse_claim_name,
     parse_shard_name,
 )
-from prefetchd.supervise.states import DaemonState
-from prefetchd.supervise.status_record import StatusRecord
+from prefetchd.messages.consumer_report import RECORD_SIZE, ConsumerReport
+from prefetchd.messages.status_record import DaemonState, StatusRecord
 
 log = logging.getLogger(__name__)
 
@@ -368,9 +366,7 @@ class _DaemonHealth:
 
     def _status(self) -> StatusRecord | None:
         try:
-            return StatusRecord.from_json(
-                json.loads(self.layout.status_file.read_text(encoding="utf-8"))
-            )
+            return StatusRecord.decode(self.layout.status_file.read_bytes())
         except (OSError, ValueError):
             return None
 
@@ -407,7 +403,7 @@ class _DaemonHealth:
 class ConsumerStats:
     """How long one trainer process waited for shards, as read by the daemon's status.
 
-    Stored in ``consumers/<owner>.lock`` as a ``ConsumerReport`` (``consume/report.py``).
+    Stored in ``consumers/<owner>.lock`` as a ``ConsumerReport`` (``messages/consumer_report.py``).
     ``wait_s`` counts finished waits; ``waiting_since`` (time.monotonic(), a system-wide clock,
     so the supervisor compares it with its own) is set while at least
     one of the process's ``ready_files()`` iterators is waiting, so a reader adds the wait still

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prefetchd.budget import Window
+from prefetchd.child.context import ChildContext
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
 from prefetchd.download.order import epoch_permutation
@@ -70,8 +71,8 @@ from prefetchd.layout import (
     write_new,
 )
 from prefetchd.logs import escape_key
-from prefetchd.supervise.child import ChildContext
-from prefetchd.supervise.child_report import Activity, DownloaderCounters
+from prefetchd.messages.activity import Activity
+from prefetchd.messages.counters import DownloaderCounters
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefetchd import sizing
-from prefetchd.cli import main
+from prefetchd.commands import sizing
+from prefetchd.commands.cli import main
+from prefetchd.commands.init_config import GiB, Host, MiB, plan, render
 from prefetchd.config import Config, config_from_dict
 from prefetchd.errors import EXIT_OK, EXIT_USAGE
-from prefetchd.init_config import GiB, Host, MiB, plan, render
 
 HOSTS = [
     Host(cores=2, ram=8 * GiB, shm=64 * MiB, disk_free=100 * GiB),  # a container's /dev/shm

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefetchd import sizing
-from prefetchd.check import small_tmpfs_advice
+from prefetchd.commands import sizing
+from prefetchd.commands.check import small_tmpfs_advice
 from prefetchd.config import Config, config_from_dict
 
 MiB, GiB = 1024**2, 1024**3

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import botocore.exceptions
 
-from prefetchd import sizing
+from prefetchd.commands import sizing
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import in_share, matches
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client, session
