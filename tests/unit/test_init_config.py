@@ -1,5 +1,5 @@
 """``prefetchd init``: the config it writes loads, fits the host, and gets no size advice from
-``prefetchd check`` (the same rules, prefetchd/sizing.py)."""
+``prefetchd check`` (the same rules, prefetchd/commands/sizing.py)."""
 
 from __future__ import annotations
 

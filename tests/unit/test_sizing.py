@@ -1,5 +1,6 @@
-"""What ``prefetchd check`` advises about sizes (prefetchd/sizing.py) and a RAM disk smaller than
-the budget (a container's /dev/shm): one line per problem, naming the key and the value to use."""
+"""What ``prefetchd check`` advises about sizes (prefetchd/commands/sizing.py) and a RAM disk
+smaller than the budget (a container's /dev/shm): one line per problem, naming the key and the
+value to use."""
 
 from __future__ import annotations
 
