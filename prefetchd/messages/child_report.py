@@ -42,11 +42,15 @@ class ErrorEntry:
     key: str | None = None
     error: str = ""
 
-    @classmethod
-    def list_from_json(cls, raw: Any) -> tuple[ErrorEntry, ...]:
-        """The entries of a JSON list as a message holds it; others left out."""
-        entries = raw if isinstance(raw, list) else ()
-        return tuple(cls(**scalar_fields(cls, e)) for e in entries if isinstance(e, Mapping))
+
+def error_entries(raw: Any) -> tuple[ErrorEntry, ...]:
+    """The entries of a message's ``last_errors`` (a JSON list); other values left out."""
+    entries = raw if isinstance(raw, list) else ()
+    return tuple(ErrorEntry(**scalar_fields(ErrorEntry, e)) for e in entries if _object(e))
+
+
+def _object(raw: Any) -> bool:
+    return isinstance(raw, Mapping)
 
 
 @dataclass(frozen=True)
@@ -126,18 +130,18 @@ class ChildReport:
     def decode(cls, data: bytes) -> Self:
         """The one decoder (see the module docstring for other versions); ``MessageError``
         if ``data`` holds no JSON object, else never raises."""
-        return cls.read(json_object(data))
+        return cls.decode_object(json_object(data))
 
     @classmethod
-    def read(cls, raw: Mapping[str, Any]) -> Self:
-        """``decode`` of a JSON object already parsed."""
+    def decode_object(cls, raw: Mapping[str, Any]) -> Self:
+        """``decode`` of the JSON object already parsed (``status.read_children``)."""
         activity, text = parse_activity(raw.get("activity"), raw.get("activity_detail"))
         decoded = {
             **scalar_fields(cls, raw),
             "activity": activity,
             "activity_text": text,  # derived, whatever the record holds under that name
             "counts": Counts(**scalar_fields(Counts, raw)),
-            "last_errors": ErrorEntry.list_from_json(raw.get("last_errors")),
+            "last_errors": error_entries(raw.get("last_errors")),
         }
         return cls(**decoded)
 

@@ -63,15 +63,15 @@ class EpochKeep:
     @classmethod
     def decode(cls, data: bytes) -> Self:
         """The one decoder; ``MessageError`` if ``data`` holds no JSON object."""
-        return cls.read(json_object(data))
+        return cls.decode_object(json_object(data))
 
     @classmethod
-    def read(cls, raw: Any) -> Self:
+    def decode_object(cls, raw: Any) -> Self:
         """``decode`` of a JSON value already parsed (a status record's entry); a value
         that is no object reads as zeros."""
         return cls(**{"version": 0, **scalar_fields(cls, raw)}) if isinstance(raw, dict) else cls()
 
-    def status_json(self) -> dict[str, Any]:
+    def status_entry(self) -> dict[str, Any]:
         """The entry of the status record's ``keep_epochs``: the figures and ``hit_ratio``."""
         figures = asdict(self)
         del figures["version"]

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Self
 
-from prefetchd.messages.child_report import ErrorEntry
+from prefetchd.messages.child_report import ErrorEntry, error_entries
 from prefetchd.messages.counters import Counts, quarantined_by_reason
 from prefetchd.messages.epoch_keep import EpochKeep
 from prefetchd.messages.wire import MessageError, field_names, json_object, scalar_fields
@@ -161,7 +161,7 @@ class StatusRecord:
         }
         record.update(asdict(self.counts))
         record["epochs"] = [asdict(e) for e in self.epochs]
-        record["keep_epochs"] = [e.status_json() for e in self.keep_epochs]
+        record["keep_epochs"] = [e.status_entry() for e in self.keep_epochs]
         record["children"] = {name: asdict(c) for name, c in self.children.items()}
         record["last_errors"] = [asdict(e) for e in self.last_errors]
         record["bottleneck"] = asdict(self.bottleneck) if self.bottleneck else None
@@ -177,7 +177,9 @@ class StatusRecord:
             raise MessageError("a JSON object without a state")
         children = raw.get("children")
         epochs = raw.get("epochs")
-        keep_epochs = (EpochKeep.read(x) for x in _list(raw.get("keep_epochs")) if _object(x))
+        keep_epochs = (
+            EpochKeep.decode_object(x) for x in _list(raw.get("keep_epochs")) if _object(x)
+        )
         decoded = {
             "version": 0,  # records of daemons before VERSION 1 have no version key
             **scalar_fields(cls, raw),
@@ -191,7 +193,7 @@ class StatusRecord:
                 for name, child in (children.items() if isinstance(children, Mapping) else ())
                 if isinstance(child, Mapping)
             },
-            "last_errors": ErrorEntry.list_from_json(raw.get("last_errors")),
+            "last_errors": error_entries(raw.get("last_errors")),
             "bottleneck": _verdict(raw.get("bottleneck")),
             "extra": {k: v for k, v in raw.items() if k not in _KNOWN},
         }

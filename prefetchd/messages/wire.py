@@ -12,8 +12,9 @@ whose meaning cannot be guessed (the writer journal) refuses a newer version ins
 Every message has one codec shape: a frozen dataclass with ``VERSION`` (the format version
 this release writes), ``encode() -> bytes`` and the classmethod ``decode(bytes)``, which
 raises ``MessageError`` (a ``ValueError``) for bytes that hold no such message and otherwise
-never fails on their contents. ``json_object`` and ``scalar_fields`` apply the rule for a
-decoder. (A leaf module: standard library only.)
+never fails on their contents; a message that nests in another one, or that its reader finds
+already parsed, also has ``decode_object`` for the JSON value. ``json_object`` and
+``scalar_fields`` apply the rule for a decoder. (A leaf module: standard library only.)
 """
 
 from __future__ import annotations

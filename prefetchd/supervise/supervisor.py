@@ -242,7 +242,7 @@ class Supervisor:
         reports = read_children(self.layout)
         for child in self.children:
             raw = reports.get(child.name)
-            report = ChildReport.read(raw) if raw else None
+            report = ChildReport.decode_object(raw) if raw else None
             if report is not None and report.pid == child.pid:
                 child.last_report = report
 

@@ -55,7 +55,7 @@ def test_writers_blocked_on_ram_outrank_a_listing() -> None:
 
 
 def test_the_listing_count_travels_from_the_downloader_report_to_the_status_record() -> None:
-    report = ChildReport.read({"activity": "listing", "objects_listed": 5000})
+    report = ChildReport.decode_object({"activity": "listing", "objects_listed": 5000})
     assert report.activity is Activity.LISTING and report.objects_listed == 5000
     raw = {**json.loads(LISTING.encode()), "objects_listed": 5000}
     record = StatusRecord.decode(json.dumps(raw).encode())

@@ -86,7 +86,7 @@ def child_reports(config: Config, name: str, counters: Any, **end: Any) -> dict[
 
 
 def test_a_writers_report_is_read_by_the_supervisor(layout: Layout, config: Config) -> None:
-    report = ChildReport.read(child_reports(config, "writer-0", writer_counters()))
+    report = ChildReport.decode_object(child_reports(config, "writer-0", writer_counters()))
     assert (report.name, report.pid, report.ready, report.version) == (
         "writer-0",
         os.getpid(),
@@ -107,7 +107,7 @@ def test_a_writers_report_is_read_by_the_supervisor(layout: Layout, config: Conf
 def test_a_paused_downloader_is_shown_with_its_reason(layout: Layout, config: Config) -> None:
     raw = child_reports(config, "downloader", downloader_counters())
     assert raw["activity"] == "paused"  # the code on the wire; the words are the reader's
-    report = ChildReport.read(raw)
+    report = ChildReport.decode_object(raw)
     assert report.activity is Activity.PAUSED
     assert report.activity_text == "paused: store errors (SlowDown), retrying in 4s"
     assert (report.counts.objects_downloaded, report.window_bytes, report.epoch) == (7, 3000, 1)
@@ -115,9 +115,9 @@ def test_a_paused_downloader_is_shown_with_its_reason(layout: Layout, config: Co
 
 def test_a_childs_last_words_are_read(layout: Layout, config: Config) -> None:
     raw = child_reports(config, "writer-1", writer_counters(), boot_error="no bucket", fatal="x")
-    report = ChildReport.read(raw)
+    report = ChildReport.decode_object(raw)
     assert (report.boot_error, report.fatal) == ("no bucket", "x")
-    stopped = ChildReport.read(child_reports(config, "writer-1", {}, stopped=True))
+    stopped = ChildReport.decode_object(child_reports(config, "writer-1", {}, stopped=True))
     assert stopped.stopped and stopped.activity is None and stopped.counts.records_written == 0
 
 
@@ -134,7 +134,7 @@ def test_a_version_0_report_is_read_with_its_activity_text(layout: Layout) -> No
         "last_errors": [{"time": 1.0, "key": None, "error": "denied"}],
     }
     write_atomic(layout.children / "downloader.json", json.dumps(old).encode())
-    report = ChildReport.read(read_children(layout)["downloader"])
+    report = ChildReport.decode_object(read_children(layout)["downloader"])
     assert report.version == 0
     assert report.activity is Activity.PAUSED
     assert report.activity_text == old["activity"]
@@ -162,12 +162,12 @@ def test_a_newer_report_is_read_without_what_this_version_does_not_know() -> Non
         "gpu_direct_bytes": 5,
         "last_errors": [{"time": 2.0, "key": "k", "error": "e", "severity": 3}, "junk"],
     }
-    report = ChildReport.read(newer)
+    report = ChildReport.decode_object(newer)
     assert (report.version, report.pid, report.heartbeat) == (7, 9, 0.0)
     assert report.activity is None and report.activity_text == "compacting"
     assert report.counts.records_written == 12
     assert [(e.key, e.error) for e in report.last_errors] == [("k", "e")]
-    assert ChildReport.read({}) == ChildReport()
+    assert ChildReport.decode_object({}) == ChildReport()
 
 
 def test_counts_of_a_dead_child_are_carried_over_its_restart(
@@ -175,8 +175,8 @@ def test_counts_of_a_dead_child_are_carried_over_its_restart(
 ) -> None:
     totals = Totals()
     first = child_reports(config, "writer-0", writer_counters())
-    totals.add_dead("writer-0", ChildReport.read(first))
-    second = ChildReport.read(child_reports(config, "writer-0", writer_counters()))
+    totals.add_dead("writer-0", ChildReport.decode_object(first))
+    second = ChildReport.decode_object(child_reports(config, "writer-0", writer_counters()))
     assert totals.sum({"writer-0": second}).records_written == 10
 
 
@@ -187,7 +187,7 @@ def test_counts_of_a_dead_child_are_carried_over_its_restart(
 def supervisor(config: Config, layout: Layout) -> Iterator[Supervisor]:
     sup = Supervisor(config)
     downloader = next(c for c in sup.children if c.name == "downloader")
-    downloader.last_report = ChildReport.read(
+    downloader.last_report = ChildReport.decode_object(
         child_reports(config, "downloader", downloader_counters())
     )
     yield sup

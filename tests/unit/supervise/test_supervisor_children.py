@@ -110,7 +110,7 @@ def process(child: Child) -> FakeProcess:
 
 def report(child: Child, **fields: object) -> None:
     """What ``Supervisor._collect_reports`` would have read from the child's report file."""
-    child.last_report = ChildReport.read({"pid": child.pid, **fields})
+    child.last_report = ChildReport.decode_object({"pid": child.pid, **fields})
 
 
 def make_running(life: Lifecycle, dummy: Dummy) -> Child:
