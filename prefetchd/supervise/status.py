@@ -211,7 +211,7 @@ def _pid_exists(pid: int) -> bool:
 
 def read_children(layout: Layout) -> dict[str, dict[str, Any]]:
     """Each child's last report as written (a JSON object, decoded by
-    ``ChildReport.read``), by child name; unreadable or torn files are left out."""
+    ``ChildReport.decode_object``), by child name; unreadable or torn files are left out."""
     reports: dict[str, dict[str, Any]] = {}
     for path in layout.children.glob("*.json"):
         try:
