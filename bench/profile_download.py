@@ -151,10 +151,10 @@ def downloader_main(config_path: str) -> None:
     """The downloader process alone, as the supervisor would run it, for one epoch. Prints its
     CPU from the end of its listing (``ctx.ready``) to its last object, and when each object
     was published (seconds after start, by order position)."""
+    from prefetchd.child.context import ChildContext
     from prefetchd.config import load_config
     from prefetchd.download.downloader import Downloader
     from prefetchd.layout import Layout
-    from prefetchd.supervise.child import ChildContext
 
     started, started_at, cpu0 = time.monotonic(), time.time(), cpu_self()
     config = load_config(config_path)

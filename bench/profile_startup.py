@@ -41,8 +41,8 @@ def phases(role: str, endpoint: str, prefix: str) -> dict[str, float]:
     import runpy
 
     runpy.run_module("prefetchd.__main__", run_name="__mp_main__")
-    import prefetchd.supervise.child
-    import prefetchd.supervise.roles  # what unpickling the entry imports
+    import prefetchd.roles.shell
+    import prefetchd.roles.table  # what unpickling the entry imports
 
     mark("main")
     from prefetchd.config import config_from_dict

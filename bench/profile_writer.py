@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
 from prefetchd.download.checksums import records_checked
 from prefetchd.layout import Layout, key_hash, object_name
-from prefetchd.supervise.child import ChildContext
 from prefetchd.write.writer import Writer
 from testkit import sample_data
 

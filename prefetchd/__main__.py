@@ -2,6 +2,6 @@
 must not run the command, and need nothing the command line imports, so it is imported here."""
 
 if __name__ == "__main__":
-    from prefetchd.cli import main
+    from prefetchd.commands.cli import main
 
     raise SystemExit(main())

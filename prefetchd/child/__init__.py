@@ -1,1 +1,2 @@
-"""The child's side of the contract with the supervisor."""
+"""The child's side of the contract with the supervisor (``context.ChildContext``): what the
+stages' main loops use, so no stage imports the supervisor."""

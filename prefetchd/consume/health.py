@@ -10,8 +10,7 @@ from collections.abc import Callable
 from prefetchd.consume.access import check_trainer_access
 from prefetchd.errors import DaemonFailed
 from prefetchd.layout import Layout
-from prefetchd.supervise.states import DaemonState
-from prefetchd.supervise.status_record import StatusRecord
+from prefetchd.messages.status_record import DaemonState, StatusRecord
 
 
 class DaemonHealth:

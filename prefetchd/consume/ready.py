@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -24,7 +25,13 @@ from prefetchd.consume.health import DaemonHealth, wait_for_dirs
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.consume.stream_position import Position, StreamPosition, parse_position
 from prefetchd.inotify import IN_MOVED_TO, Watch
-from prefetchd.layout import Layout, claim_name, epoch_prefix
+from prefetchd.layout import (
+    Layout,
+    claim_name,
+    epoch_prefix,
+)
+
+log = logging.getLogger(__name__)
 
 DEFAULT_GRACE = 60.0
 _POLL = 0.2

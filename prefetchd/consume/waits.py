@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
+from prefetchd.messages.consumer_report import RECORD_SIZE, ConsumerReport
 
 
 class ConsumerStats:

@@ -23,6 +23,7 @@ import queue
 import time
 
 from prefetchd.budget import Window
+from prefetchd.child.context import ChildContext
 from prefetchd.download.admission import Admission
 from prefetchd.download.handover import Handover
 from prefetchd.download.jobs import Job
@@ -37,8 +38,8 @@ from prefetchd.download.transfer import Transfer, make_transfer
 from prefetchd.errors import RuntimeFailure
 from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
-from prefetchd.supervise.child import ChildContext
-from prefetchd.supervise.child_report import Activity, DownloaderCounters
+from prefetchd.messages.activity import Activity
+from prefetchd.messages.counters import DownloaderCounters
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from prefetchd.download.publish import Publisher
 from prefetchd.download.share import ShareTable
 from prefetchd.download.store import list_share, make_client
 from prefetchd.exactly_once.download_log import PUBLISHED
-from prefetchd.supervise.child_report import Activity, DownloaderCounters
+from prefetchd.messages.activity import Activity
+from prefetchd.messages.counters import DownloaderCounters
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,9 @@ was not kept.
 
 from __future__ import annotations
 
-import json
 import logging
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from prefetchd.download.keep import choose_kept, keep_rank
@@ -26,37 +24,11 @@ from prefetchd.download.kept import KeptStore, disk_full, free_bytes
 from prefetchd.download.order import SourceObject
 from prefetchd.download.share import ShareTable
 from prefetchd.layout import Layout, write_atomic
+from prefetchd.messages.counters import DownloaderCounters
+from prefetchd.messages.epoch_keep import EpochKeep, read_epoch_keep
 from prefetchd.sizes import format_size
-from prefetchd.supervise.child_report import DownloaderCounters
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class EpochKeep:
-    """One epoch's hits and misses (objects and bytes), as ``epochs/<k>.keep.json`` holds."""
-
-    hits: int = 0
-    hit_bytes: int = 0
-    misses: int = 0
-    miss_bytes: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "hits": self.hits,
-            "hit_bytes": self.hit_bytes,
-            "misses": self.misses,
-            "miss_bytes": self.miss_bytes,
-        }
-
-
-def read_epoch_keep(path: Path) -> EpochKeep:
-    """The figures saved at ``path``; zeros if there are none (or they are unreadable)."""
-    try:
-        raw = json.loads(path.read_bytes())
-        return EpochKeep(*(int(raw[k]) for k in ("hits", "hit_bytes", "misses", "miss_bytes")))
-    except (OSError, ValueError, KeyError, TypeError):
-        return EpochKeep()
 
 
 class Keeper:
@@ -172,9 +144,7 @@ class Keeper:
         return False
 
     def hit(self, epoch: int, obj: SourceObject) -> None:
-        figures = self._epoch(epoch)
-        figures.hits += 1
-        figures.hit_bytes += obj.size
+        self.epochs[epoch] = self._epoch(epoch).hit(obj.size)
         self.counters["keep_hits"] += 1
         self.counters["keep_hit_bytes"] += obj.size
         self.counters["keep_gets_saved"] += max(1, -(-obj.size // self.part_size))
@@ -184,9 +154,7 @@ class Keeper:
     def downloaded(self, epoch: int, obj: SourceObject, path: Path, reserve: int) -> None:
         """Count a miss; keep the verified download at ``path`` if it was chosen, unless the
         disk would keep less than ``reserve`` bytes free (what the window may still need)."""
-        figures = self._epoch(epoch)
-        figures.misses += 1
-        figures.miss_bytes += obj.size
+        self.epochs[epoch] = self._epoch(epoch).miss(obj.size)
         self.counters["keep_misses"] += 1
         self.counters["keep_miss_bytes"] += obj.size
         name = self.store.name_of(obj)
@@ -216,15 +184,14 @@ class Keeper:
     def _epoch(self, epoch: int) -> EpochKeep:
         figures = self.epochs.get(epoch)
         if figures is None:
-            figures = self.epochs[epoch] = read_epoch_keep(self.layout.keep_figures(epoch))
+            figures = read_epoch_keep(self.layout.keep_figures(epoch), epoch)
         self.dirty.add(epoch)
         return figures
 
     def save(self) -> None:
         """Write the figures of the epochs that changed since the last call (atomically)."""
         for epoch in sorted(self.dirty):
-            data = json.dumps(self.epochs[epoch].to_json()).encode()
-            write_atomic(self.layout.keep_figures(epoch), data)
+            write_atomic(self.layout.keep_figures(epoch), self.epochs[epoch].encode())
         self.dirty.clear()
 
     def _gauges(self) -> None:

@@ -28,7 +28,7 @@ from prefetchd.layout import (
     parse_object_name,
     write_atomic,
 )
-from prefetchd.supervise.child_report import DownloaderCounters
+from prefetchd.messages.counters import DownloaderCounters
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ import queue
 from pathlib import Path
 
 from prefetchd.budget import Window
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
@@ -27,8 +28,7 @@ from prefetchd.download.plan import EpochPlan
 from prefetchd.exactly_once.download_log import PUBLISHED, SKIPPED, DownloadLog
 from prefetchd.layout import write_atomic, write_new
 from prefetchd.logs import escape_key
-from prefetchd.supervise.child import ChildContext
-from prefetchd.supervise.child_report import DownloaderCounters
+from prefetchd.messages.counters import DownloaderCounters
 
 log = logging.getLogger(__name__)
 

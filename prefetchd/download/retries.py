@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 
 from prefetchd.budget import Window
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.publish import Publisher
@@ -29,8 +30,7 @@ from prefetchd.download.store import (
 )
 from prefetchd.download.verify import IntegrityError, SizeChanged
 from prefetchd.logs import escape_key
-from prefetchd.supervise.child import ChildContext
-from prefetchd.supervise.child_report import DownloaderCounters
+from prefetchd.messages.counters import DownloaderCounters
 
 log = logging.getLogger(__name__)
 

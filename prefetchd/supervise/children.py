@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from prefetchd.supervise.child_report import ChildReport
-from prefetchd.supervise.roles import Role
-from prefetchd.supervise.states import CHILD, CHILD_BOOT_FAILURE, ChildState
+from prefetchd.messages.child_report import ChildReport
+from prefetchd.roles.shell import CHILD_BOOT_FAILURE
+from prefetchd.roles.table import Role
+from prefetchd.supervise.states import CHILD, ChildState
 
 log = logging.getLogger(__name__)
 

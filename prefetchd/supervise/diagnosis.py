@@ -26,8 +26,8 @@ says so, with the objects listed so far.
 
 from __future__ import annotations
 
-from prefetchd.supervise.child_report import Activity
-from prefetchd.supervise.status_record import VERDICTS, StatusRecord, Verdict
+from prefetchd.messages.activity import Activity
+from prefetchd.messages.status_record import VERDICTS, StatusRecord, Verdict
 
 __all__ = ["DOWNLOADS_AHEAD", "VERDICTS", "Verdict", "diagnose"]
 

@@ -9,6 +9,7 @@ metrics and ``status --json`` show the same numbers. The names are interface, do
 from __future__ import annotations
 
 import errno
+import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from prefetchd.errors import RuntimeFailure
-from prefetchd.supervise.states import DaemonState
-from prefetchd.supervise.status_record import VERDICTS, StatusRecord, quarantined_by_reason
+from prefetchd.messages.counters import quarantined_by_reason
+from prefetchd.messages.status_record import VERDICTS, DaemonState, StatusRecord
 
 LISTEN_ADDRESS = "127.0.0.1"  # never another interface: the figures are for this host
 
@@ -176,7 +177,7 @@ class StatusCollector(Collector):
         status = self._latest()
         if status is None:
             return
-        figures: dict[str, Any] = status.to_json()  # the keys METRICS names are its keys
+        figures: dict[str, Any] = json.loads(status.encode())  # METRICS names its keys
         for fig in METRICS:
             value = figures.get(fig.key)
             if value is None:

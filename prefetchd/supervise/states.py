@@ -1,4 +1,7 @@
-"""States of the daemon and its children, and the one way to change them (a leaf module).
+"""States of the daemon and its children, and the one way to change them.
+
+``DaemonState`` is the status record's (``messages/status_record.py``: trainers read it too);
+the daemon's transitions are here.
 
 Each state machine is a table of the transitions it allows, each labelled with the event that
 causes it and logged at the level that event deserves. ``Machine.move`` checks a change against
@@ -39,15 +42,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from prefetchd.messages.status_record import DaemonState
+
 log = logging.getLogger(__name__)
-
-
-class DaemonState(enum.StrEnum):
-    STARTING = "starting"
-    RUNNING = "running"
-    DRAINING = "draining"
-    DONE = "done"
-    FAILED = "failed"
 
 
 class ChildState(enum.StrEnum):
@@ -58,10 +55,6 @@ class ChildState(enum.StrEnum):
     EXITED = "exited"
     FATAL = "fatal"
 
-
-# Exit code a child uses when it cannot boot (bad bucket, credentials): the supervisor stops
-# the daemon with the child's reason instead of restarting it (gunicorn's WORKER_BOOT_ERROR).
-CHILD_BOOT_FAILURE = 3
 
 S = TypeVar("S", bound=enum.StrEnum)
 

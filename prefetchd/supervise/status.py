@@ -3,7 +3,7 @@
 ``status.json`` in ``status.state_dir`` is rewritten atomically about once a second by the
 supervisor. Its format is ``status_record.py`` (keys are interface: docs/status.md "--json");
 the table is for people. Also here: reading the children's reports and the trainers' wait
-figures, the formats of which are ``child_report.py`` and ``consume/report.py``.
+figures, the formats of which are ``messages/child_report.py`` and ``messages/consumer_report.py``.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefetchd.consume.report import ConsumerReport
 from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import Layout
 from prefetchd.logs import escape_key
+from prefetchd.messages.child_report import ChildReport
+from prefetchd.messages.consumer_report import ConsumerReport
+from prefetchd.messages.counters import Counts, quarantined_by_reason
+from prefetchd.messages.status_record import DaemonState, StatusRecord
+from prefetchd.messages.wire import MessageError
 from prefetchd.sizes import format_size
-from prefetchd.supervise.child_report import ChildReport, Counts
-from prefetchd.supervise.states import DaemonState
-from prefetchd.supervise.status_record import StatusRecord, quarantined_by_reason
 
 RATE_WINDOW = 10.0  # seconds of history behind the rates
 HEARTBEAT_STALE = 15.0  # a status older than this means the daemon is not running
@@ -152,9 +153,10 @@ def read_consumers(layout: Layout) -> dict[str, ConsumerReport]:
             raw = os.pread(fd, 4096, 0)
         finally:
             os.close(fd)
-        report = ConsumerReport.decode(raw)
-        if report is not None:
-            reports[entry.name.removesuffix(".lock")] = report
+        try:
+            reports[entry.name.removesuffix(".lock")] = ConsumerReport.decode(raw)
+        except MessageError:
+            continue
     return reports
 
 
@@ -172,15 +174,18 @@ def read_status(layout: Layout) -> StatusRecord | None:
     cannot be read (the state directory is private to the daemon's user): that is not "not
     running"."""
     try:
-        data = json.loads(layout.status_file.read_text(encoding="utf-8"))
+        data = layout.status_file.read_bytes()
     except PermissionError:
         raise RuntimeFailure(
             f"cannot read {layout.status_file}: permission denied "
             "(status.state_dir is private to the daemon's user: run as that user)"
         ) from None
-    except (OSError, ValueError):
+    except OSError:
         return None
-    return StatusRecord.from_json(data)
+    try:
+        return StatusRecord.decode(data)
+    except MessageError:
+        return None
 
 
 def is_running(status: StatusRecord | None) -> bool:
@@ -206,7 +211,7 @@ def _pid_exists(pid: int) -> bool:
 
 def read_children(layout: Layout) -> dict[str, dict[str, Any]]:
     """Each child's last report as written (a JSON object, decoded by
-    ``ChildReport.from_json``), by child name; unreadable or torn files are left out."""
+    ``ChildReport.decode_object``), by child name; unreadable or torn files are left out."""
     reports: dict[str, dict[str, Any]] = {}
     for path in layout.children.glob("*.json"):
         try:

@@ -38,16 +38,18 @@ from prefetchd.layout import (
 )
 from prefetchd.ledger import forget_epoch, record_delivered
 from prefetchd.logs import redact
+from prefetchd.messages.child_report import ChildReport
+from prefetchd.messages.epoch_keep import hit_ratio
+from prefetchd.messages.status_record import ChildStatus, DaemonState, EpochStatus, StatusRecord
 from prefetchd.owner import Ownership, claim_dirs
-from prefetchd.supervise.child import child_main
-from prefetchd.supervise.child_report import ChildReport
+from prefetchd.roles.shell import child_main
+from prefetchd.roles.table import ROLES
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
-from prefetchd.supervise.keep_status import hit_ratio, keep_epochs
+from prefetchd.supervise.keep_status import keep_epochs
 from prefetchd.supervise.recovery import CACHE, RAM, recover, write_disks
-from prefetchd.supervise.roles import ROLES
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
-from prefetchd.supervise.states import DAEMON, ChildState, DaemonState
+from prefetchd.supervise.states import DAEMON, ChildState
 from prefetchd.supervise.status import (
     ConsumerWaits,
     Rates,
@@ -57,7 +59,6 @@ from prefetchd.supervise.status import (
     read_children,
     read_consumers,
 )
-from prefetchd.supervise.status_record import ChildStatus, EpochStatus, StatusRecord
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ class Supervisor:
         reports = read_children(self.layout)
         for child in self.children:
             raw = reports.get(child.name)
-            report = ChildReport.from_json(raw) if raw else None
+            report = ChildReport.decode_object(raw) if raw else None
             if report is not None and report.pid == child.pid:
                 child.last_report = report
 
@@ -440,7 +441,7 @@ class Supervisor:
             return
         self._last_status = now
         snapshot = self.snapshot(now)
-        write_atomic(self.layout.status_file, json.dumps(snapshot.to_json()).encode())
+        write_atomic(self.layout.status_file, snapshot.encode())
         self.last_snapshot = snapshot
         self._notify_status(snapshot)
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefetchd.budget import Interrupted, RamBudget, ram_chunk
+from prefetchd.child.context import ChildContext
 from prefetchd.inotify import IN_MOVED_TO, Event, Watch
 from prefetchd.layout import (
     TMP_SUFFIX,
@@ -62,9 +63,9 @@ from prefetchd.layout import (
 )
 from prefetchd.ledger import record_published
 from prefetchd.logs import escape_key
+from prefetchd.messages.activity import Activity
+from prefetchd.messages.counters import QuarantineCounter, WriterCounters
 from prefetchd.seeds import mixing_rng, object_rng
-from prefetchd.supervise.child import ChildContext
-from prefetchd.supervise.child_report import Activity, QuarantineCounter, WriterCounters
 from prefetchd.write import core, pycore
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import (

@@ -64,7 +64,7 @@ def test_wheel_is_typed_and_carries_the_compiled_core(installed: Installed) -> N
         entry_points = whl.read(f"prefetchd-{__version__}.dist-info/entry_points.txt").decode()
     assert "prefetchd/py.typed" in names and "prefetchd/write/_native.pyi" in names
     assert not [n for n in names if n.split("/")[0] in ("bench", "testkit", "tests")]
-    assert "prefetchd = prefetchd.cli:main" in entry_points
+    assert "prefetchd = prefetchd.commands.cli:main" in entry_points
     if shutil.which("gcc") or shutil.which("cc"):  # optional=True: no compiler, no C core
         assert [n for n in names if n.startswith("prefetchd/write/_native.") and n.endswith(".so")]
 

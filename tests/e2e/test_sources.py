@@ -24,7 +24,8 @@ import pytest
 import yaml
 import zstandard
 
-from prefetchd.supervise.child_report import Activity, ChildReport
+from prefetchd.messages.activity import Activity
+from prefetchd.messages.child_report import ChildReport
 from testkit import sample_data
 from testkit.trainers import delivered
 
@@ -368,7 +369,7 @@ def test_writer_killed_mid_object_resumes_shuffled_lines_exactly_once(
     deadline = time.monotonic() + 60
     while victim is None and time.monotonic() < deadline:
         try:
-            counters = ChildReport.from_json(json.loads(report.read_text()))
+            counters = ChildReport.decode(report.read_bytes())
         except (OSError, ValueError):
             counters = ChildReport()
         blocked = counters.activity is Activity.WAITING_FOR_RAM

@@ -17,7 +17,7 @@ NOT_FOR_STATUS = (
     "prefetchd.consume.ready",
     "prefetchd.inotify",
     "prefetchd.supervise.supervisor",
-    "prefetchd.check",
+    "prefetchd.commands.check",
     "tensorflow",
 )
 

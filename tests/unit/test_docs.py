@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefetchd.cli import _parser
+from prefetchd.commands.cli import _parser
 from prefetchd.config import config_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """``prefetchd init``: the config it writes loads, fits the host, and gets no size advice from
-``prefetchd check`` (the same rules, prefetchd/sizing.py)."""
+``prefetchd check`` (the same rules, prefetchd/commands/sizing.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefetchd import sizing
-from prefetchd.cli import main
+from prefetchd.commands import sizing
+from prefetchd.commands.cli import main
+from prefetchd.commands.init_config import GiB, Host, MiB, plan, render
 from prefetchd.config import Config, config_from_dict
 from prefetchd.errors import EXIT_OK, EXIT_USAGE
-from prefetchd.init_config import GiB, Host, MiB, plan, render
 
 HOSTS = [
     Host(cores=2, ram=8 * GiB, shm=64 * MiB, disk_free=100 * GiB),  # a container's /dev/shm

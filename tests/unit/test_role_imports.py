@@ -4,7 +4,7 @@ a module creeping into a role that does not need it shows here.
 
 A spawned child (multiprocessing "spawn") first runs the parent's main script again as
 ``__mp_main__`` (the ``prefetchd`` entry point, or ``prefetchd/__main__.py`` under
-``python -m prefetchd``), then unpickles its entry (``supervise.roles``) and its config, then
+``python -m prefetchd``), then unpickles its entry (``roles.table``) and its config, then
 imports its role. Each case below does the same in a fresh interpreter.
 """
 
@@ -18,13 +18,14 @@ import pytest
 
 # How spawn re-runs each kind of main script in a child.
 MAIN_SCRIPTS = {
-    "entry point": "import prefetchd.cli",
+    "entry point": "import prefetchd.commands.cli",
     "python -m": "import runpy; runpy.run_module('prefetchd.__main__', run_name='__mp_main__')",
 }
-CHILD = "import prefetchd.supervise.roles, prefetchd.supervise.child, prefetchd.config"
+CHILD = "import prefetchd.roles.table, prefetchd.roles.shell, prefetchd.config"
 ROLES = {
     "supervisor": (
-        "from prefetchd.cli import main; from prefetchd.supervise.supervisor import Supervisor"
+        "from prefetchd.commands.cli import main; "
+        "from prefetchd.supervise.supervisor import Supervisor"
     ),
     "writer": f"{CHILD}; import prefetchd.write.writer",
     "downloader": (

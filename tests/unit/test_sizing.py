@@ -1,13 +1,14 @@
-"""What ``prefetchd check`` advises about sizes (prefetchd/sizing.py) and a RAM disk smaller than
-the budget (a container's /dev/shm): one line per problem, naming the key and the value to use."""
+"""What ``prefetchd check`` advises about sizes (prefetchd/commands/sizing.py) and a RAM disk
+smaller than the budget (a container's /dev/shm): one line per problem, naming the key and the
+value to use."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from prefetchd import sizing
-from prefetchd.check import small_tmpfs_advice
+from prefetchd.commands import sizing
+from prefetchd.commands.check import small_tmpfs_advice
 from prefetchd.config import Config, config_from_dict
 
 MiB, GiB = 1024**2, 1024**3

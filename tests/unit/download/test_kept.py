@@ -16,7 +16,7 @@ from prefetchd.download.kept import KeptStore
 from prefetchd.download.order import SourceObject
 from prefetchd.download.share import ShareTable
 from prefetchd.layout import Layout, kept_name
-from prefetchd.supervise.child_report import DownloaderCounters
+from prefetchd.messages.counters import DownloaderCounters
 
 BUCKET = "bucket"
 
@@ -174,7 +174,14 @@ def test_the_keeper_keeps_only_the_chosen_objects_and_counts_hits_and_misses(
         keeper.hit(1, obj)
     keeper.save()
     saved = json.loads(keeper.layout.keep_figures(1).read_text())
-    assert saved == {"hits": 10, "hit_bytes": 1000, "misses": 0, "miss_bytes": 0}
+    assert saved == {
+        "version": 1,
+        "epoch": 1,
+        "hits": 10,
+        "hit_bytes": 1000,
+        "misses": 0,
+        "miss_bytes": 0,
+    }
     assert keeper.counters["keep_misses"] == 20 and keeper.counters["keep_gets_saved"] == 10
 
 

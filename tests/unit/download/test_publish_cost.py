@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.download.downloader import Downloader, EpochProgress
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import TMP_SUFFIX, Layout, key_hash, object_name
-from prefetchd.supervise.child import ChildContext
 from prefetchd.write import writer as writer_module
 from prefetchd.write.writer import Writer
 from tests.unit.configs import unit_config

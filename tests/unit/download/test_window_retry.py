@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
 from prefetchd.download.downloader import Downloader
 from prefetchd.download.jobs import Done, Job
@@ -26,7 +27,6 @@ from prefetchd.download.share import ShareTable
 from prefetchd.download.verify import IntegrityError
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.layout import Layout, parse_object_name
-from prefetchd.supervise.child import ChildContext
 
 KIB = 1024
 WINDOW = 1024 * KIB

@@ -14,10 +14,10 @@ import pytest
 from prefetchd.consume.health import DaemonHealth
 from prefetchd.errors import DaemonFailed
 from prefetchd.layout import Layout
-from prefetchd.supervise.child_report import ChildReport
+from prefetchd.messages.child_report import ChildReport
+from prefetchd.messages.status_record import StatusRecord
 from prefetchd.supervise.children import HEARTBEAT_TIMEOUT, Child, Clock, Lifecycle
 from prefetchd.supervise.status import is_running
-from prefetchd.supervise.status_record import StatusRecord
 from tests.unit.supervise.test_supervisor_children import ROLE, FakeProcess
 
 HOUR = 3600.0
@@ -60,7 +60,7 @@ def write_status(layout: Layout, **fields: object) -> None:
         updated=time.time(),
         updated_monotonic=time.monotonic(),
     )
-    data = {**record.to_json(), **fields}
+    data = {**json.loads(record.encode()), **fields}
     layout.status_file.write_text(json.dumps(data), encoding="utf-8")
 
 

@@ -3,11 +3,13 @@ is listing, and how far it got, never a download rate of 0 MB/s that blames noth
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
-from prefetchd.supervise.child_report import Activity, ChildReport
+from prefetchd.messages.activity import Activity
+from prefetchd.messages.child_report import ChildReport
+from prefetchd.messages.status_record import StatusRecord
 from prefetchd.supervise.diagnosis import diagnose
-from prefetchd.supervise.status_record import StatusRecord
 
 LISTING = StatusRecord(
     state="running",
@@ -53,9 +55,10 @@ def test_writers_blocked_on_ram_outrank_a_listing() -> None:
 
 
 def test_the_listing_count_travels_from_the_downloader_report_to_the_status_record() -> None:
-    report = ChildReport.from_json({"activity": "listing", "objects_listed": 5000})
+    report = ChildReport.decode_object({"activity": "listing", "objects_listed": 5000})
     assert report.activity is Activity.LISTING and report.objects_listed == 5000
-    record = StatusRecord.from_json({**LISTING.to_json(), "objects_listed": 5000})
-    assert record is not None and record.objects_listed == 5000
-    older = StatusRecord.from_json({"state": "running"})  # a daemon from before the count
-    assert older is not None and older.objects_listed == 0
+    raw = {**json.loads(LISTING.encode()), "objects_listed": 5000}
+    record = StatusRecord.decode(json.dumps(raw).encode())
+    assert record.objects_listed == 5000
+    older = StatusRecord.decode(b'{"state": "running"}')  # a daemon from before the count
+    assert older.objects_listed == 0

@@ -13,24 +13,19 @@ from typing import Any
 
 import pytest
 
-from prefetchd.cli import main
+from prefetchd.child.context import ChildContext
+from prefetchd.commands.cli import main
 from prefetchd.config import Config
 from prefetchd.consume.health import DaemonHealth
-from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
 from prefetchd.consume.waits import ConsumerStats
 from prefetchd.errors import DaemonFailed
 from prefetchd.layout import Layout, write_atomic
-from prefetchd.supervise.child import ChildContext
-from prefetchd.supervise.child_report import (
-    Activity,
-    ChildReport,
-    DownloaderCounters,
-    WriterCounters,
-    activity_text,
-    parse_activity,
-)
+from prefetchd.messages.activity import Activity, activity_text, parse_activity
+from prefetchd.messages.child_report import ChildReport
+from prefetchd.messages.consumer_report import RECORD_SIZE, ConsumerReport
+from prefetchd.messages.counters import DownloaderCounters, WriterCounters
+from prefetchd.messages.status_record import StatusRecord
 from prefetchd.supervise.status import Totals, read_children, read_consumers, read_status
-from prefetchd.supervise.status_record import STATUS_VERSION, StatusRecord
 from prefetchd.supervise.supervisor import Supervisor
 from prefetchd.write.journal import COMPACT_EVERY, Journal, JournalEntry, JournalError
 
@@ -92,7 +87,7 @@ def child_reports(config: Config, name: str, counters: Any, **end: Any) -> dict[
 
 
 def test_a_writers_report_is_read_by_the_supervisor(layout: Layout, config: Config) -> None:
-    report = ChildReport.from_json(child_reports(config, "writer-0", writer_counters()))
+    report = ChildReport.decode_object(child_reports(config, "writer-0", writer_counters()))
     assert (report.name, report.pid, report.ready, report.version) == (
         "writer-0",
         os.getpid(),
@@ -113,7 +108,7 @@ def test_a_writers_report_is_read_by_the_supervisor(layout: Layout, config: Conf
 def test_a_paused_downloader_is_shown_with_its_reason(layout: Layout, config: Config) -> None:
     raw = child_reports(config, "downloader", downloader_counters())
     assert raw["activity"] == "paused"  # the code on the wire; the words are the reader's
-    report = ChildReport.from_json(raw)
+    report = ChildReport.decode_object(raw)
     assert report.activity is Activity.PAUSED
     assert report.activity_text == "paused: store errors (SlowDown), retrying in 4s"
     assert (report.counts.objects_downloaded, report.window_bytes, report.epoch) == (7, 3000, 1)
@@ -121,9 +116,9 @@ def test_a_paused_downloader_is_shown_with_its_reason(layout: Layout, config: Co
 
 def test_a_childs_last_words_are_read(layout: Layout, config: Config) -> None:
     raw = child_reports(config, "writer-1", writer_counters(), boot_error="no bucket", fatal="x")
-    report = ChildReport.from_json(raw)
+    report = ChildReport.decode_object(raw)
     assert (report.boot_error, report.fatal) == ("no bucket", "x")
-    stopped = ChildReport.from_json(child_reports(config, "writer-1", {}, stopped=True))
+    stopped = ChildReport.decode_object(child_reports(config, "writer-1", {}, stopped=True))
     assert stopped.stopped and stopped.activity is None and stopped.counts.records_written == 0
 
 
@@ -140,7 +135,7 @@ def test_a_version_0_report_is_read_with_its_activity_text(layout: Layout) -> No
         "last_errors": [{"time": 1.0, "key": None, "error": "denied"}],
     }
     write_atomic(layout.children / "downloader.json", json.dumps(old).encode())
-    report = ChildReport.from_json(read_children(layout)["downloader"])
+    report = ChildReport.decode_object(read_children(layout)["downloader"])
     assert report.version == 0
     assert report.activity is Activity.PAUSED
     assert report.activity_text == old["activity"]
@@ -168,12 +163,12 @@ def test_a_newer_report_is_read_without_what_this_version_does_not_know() -> Non
         "gpu_direct_bytes": 5,
         "last_errors": [{"time": 2.0, "key": "k", "error": "e", "severity": 3}, "junk"],
     }
-    report = ChildReport.from_json(newer)
+    report = ChildReport.decode_object(newer)
     assert (report.version, report.pid, report.heartbeat) == (7, 9, 0.0)
     assert report.activity is None and report.activity_text == "compacting"
     assert report.counts.records_written == 12
     assert [(e.key, e.error) for e in report.last_errors] == [("k", "e")]
-    assert ChildReport.from_json({}) == ChildReport()
+    assert ChildReport.decode_object({}) == ChildReport()
 
 
 def test_counts_of_a_dead_child_are_carried_over_its_restart(
@@ -181,8 +176,8 @@ def test_counts_of_a_dead_child_are_carried_over_its_restart(
 ) -> None:
     totals = Totals()
     first = child_reports(config, "writer-0", writer_counters())
-    totals.add_dead("writer-0", ChildReport.from_json(first))
-    second = ChildReport.from_json(child_reports(config, "writer-0", writer_counters()))
+    totals.add_dead("writer-0", ChildReport.decode_object(first))
+    second = ChildReport.decode_object(child_reports(config, "writer-0", writer_counters()))
     assert totals.sum({"writer-0": second}).records_written == 10
 
 
@@ -193,7 +188,7 @@ def test_counts_of_a_dead_child_are_carried_over_its_restart(
 def supervisor(config: Config, layout: Layout) -> Iterator[Supervisor]:
     sup = Supervisor(config)
     downloader = next(c for c in sup.children if c.name == "downloader")
-    downloader.last_report = ChildReport.from_json(
+    downloader.last_report = ChildReport.decode_object(
         child_reports(config, "downloader", downloader_counters())
     )
     yield sup
@@ -204,7 +199,7 @@ def test_the_supervisors_status_is_read_by_status_and_the_trainer(
 ) -> None:
     supervisor._publish_status(force=True)
     written = json.loads(layout.status_file.read_text())
-    assert written["version"] == STATUS_VERSION
+    assert written["version"] == StatusRecord.VERSION
     assert written["download_activity"] == "paused: store errors (SlowDown), retrying in 4s"
     assert written["children"]["downloader"]["activity"] == written["download_activity"]
     assert (written["objects_downloaded"], written["retries"]) == (7, 2)
@@ -232,9 +227,9 @@ def test_a_version_0_status_keeps_every_key_and_value(name: str) -> None:
     """``status --json`` re-encodes what it read: nothing the daemon wrote may change."""
     raw = json.loads((RECORDED / f"{name}.json").read_text())
     assert "version" not in raw  # recorded before the status record had one
-    record = StatusRecord.from_json(raw)
-    assert record is not None and record.version == 0
-    out = json.loads(json.dumps(record.to_json()))
+    record = StatusRecord.decode(json.dumps(raw).encode())
+    assert record.version == 0
+    out = json.loads(record.encode())
     assert {k: out[k] for k in raw} == raw
     added = {k: v for k, v in out.items() if k not in raw}  # keys newer than the recording
     # docs/status.md: a key the recording lacks reads as 0, null or empty (a list such as
@@ -282,7 +277,7 @@ def test_what_is_not_a_status_record_reads_as_no_status(layout: Layout, text: st
 
 def test_every_key_the_status_record_writes_is_documented(supervisor: Supervisor) -> None:
     docs = (ROOT / "docs" / "status.md").read_text()
-    record = supervisor.snapshot(0.0).to_json()
+    record = json.loads(supervisor.snapshot(0.0).encode())
     assert not [k for k in record if f"`{k}`" not in docs]
 
 

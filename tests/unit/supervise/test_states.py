@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from prefetchd.messages.status_record import DaemonState
 from prefetchd.supervise import states
 from prefetchd.supervise.states import (
     CHILD,
     DAEMON,
     ChildState,
-    DaemonState,
     IllegalTransition,
     Machine,
     Transition,

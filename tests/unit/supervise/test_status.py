@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from prefetchd.consume.report import ConsumerReport
 from prefetchd.consume.waits import ConsumerStats
-from prefetchd.supervise.child_report import Activity
+from prefetchd.messages.activity import Activity
+from prefetchd.messages.consumer_report import ConsumerReport
+from prefetchd.messages.status_record import StatusRecord
 from prefetchd.supervise.diagnosis import VERDICTS, diagnose
 from prefetchd.supervise.status import (
     REQUIRED_KEYS,
@@ -28,7 +29,6 @@ from prefetchd.supervise.status import (
     is_running,
     render_table,
 )
-from prefetchd.supervise.status_record import StatusRecord
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "status"
 UPDATE = os.environ.get("PREFETCHD_UPDATE_GOLDEN") == "1"  # rewrite the expected tables
@@ -54,9 +54,7 @@ def recorded(name: str) -> dict[str, Any]:
 
 
 def decoded(raw: dict[str, Any]) -> StatusRecord:
-    record = StatusRecord.from_json(raw)
-    assert record is not None
-    return record
+    return StatusRecord.decode(json.dumps(raw).encode())
 
 
 @pytest.mark.parametrize("name", ["running_consumer_bound", "running_starved_with_errors"])
@@ -265,10 +263,10 @@ def test_an_unreadable_status_is_an_error_not_not_running(
     layout = Layout(tmp_path / "cache", tmp_path / "ram", tmp_path / "state")
     assert read_status(layout) is None
 
-    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+    def denied(self: Path, *args: Any, **kwargs: Any) -> bytes:
         raise PermissionError(13, "Permission denied", str(self))
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    monkeypatch.setattr(Path, "read_bytes", denied)
     with pytest.raises(RuntimeFailure, match=r"permission denied.*run as that user"):
         read_status(layout)
 

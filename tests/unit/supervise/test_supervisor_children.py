@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import config_from_dict
-from prefetchd.supervise.child import ChildContext
-from prefetchd.supervise.child_report import ChildReport
+from prefetchd.messages.child_report import ChildReport
+from prefetchd.messages.status_record import DaemonState
+from prefetchd.roles.shell import CHILD_BOOT_FAILURE
+from prefetchd.roles.table import Role
 from prefetchd.supervise.children import (
     BACKOFF_MAX,
     BACKOFF_START,
@@ -29,8 +32,7 @@ from prefetchd.supervise.children import (
     backoff_delay,
     describe_exit,
 )
-from prefetchd.supervise.roles import Role
-from prefetchd.supervise.states import CHILD_BOOT_FAILURE, ChildState, DaemonState
+from prefetchd.supervise.states import ChildState
 from prefetchd.supervise.supervisor import Supervisor
 
 SIGKILLED = -signal.SIGKILL  # multiprocessing's exit code for a process killed by SIGKILL
@@ -108,7 +110,7 @@ def process(child: Child) -> FakeProcess:
 
 def report(child: Child, **fields: object) -> None:
     """What ``Supervisor._collect_reports`` would have read from the child's report file."""
-    child.last_report = ChildReport.from_json({"pid": child.pid, **fields})
+    child.last_report = ChildReport.decode_object({"pid": child.pid, **fields})
 
 
 def make_running(life: Lifecycle, dummy: Dummy) -> Child:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from prefetchd.budget import Interrupted
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.layout import Layout, claim_name
-from prefetchd.supervise.child import ChildContext
 from prefetchd.write.writer import Writer
 from tests.unit.write.writerkit import lines_config, publish
 

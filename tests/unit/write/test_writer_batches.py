@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import tensorflow as tf
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.seeds import object_rng
-from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import frame, read_records
 from prefetchd.write import core, pycore
 from prefetchd.write.formats import get_format, shuffled_object, shuffled_object_frames

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import Layout
-from prefetchd.supervise.child import ChildContext
 from prefetchd.write.writer import IDLE_FLUSH, Writer
 from tests.unit.write.writerkit import FakeClock, lines_config, publish
 

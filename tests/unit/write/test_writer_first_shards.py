@@ -9,9 +9,9 @@ import os
 import random
 from pathlib import Path
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.layout import Layout
-from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import read_records
 from prefetchd.write.writer import (
     FIRST_SHARDS,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
 from prefetchd.layout import Layout, key_hash, object_name, writer_claim_name
-from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import read_records
 from prefetchd.write import core
 from prefetchd.write.formats import get_format

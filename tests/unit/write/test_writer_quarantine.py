@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
 from prefetchd.layout import Layout, key_hash, object_name
-from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import frame, read_records
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import get_format

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from prefetchd.child.context import ChildContext
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import Layout, parse_object_name
-from prefetchd.supervise.child import ChildContext
 from prefetchd.write.writer import STEAL_AFTER, Writer
 from tests.unit.write.writerkit import FakeClock, lines_config, publish
 

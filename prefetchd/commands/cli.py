@@ -21,7 +21,7 @@ from prefetchd.errors import (
 from prefetchd.layout import Layout
 
 if TYPE_CHECKING:
-    from prefetchd.supervise.status_record import StatusRecord
+    from prefetchd.messages.status_record import StatusRecord
 
 # What only `run` or `check` needs (the supervisor, boto3, logging set-up) is imported inside
 # those commands: `prefetchd status` must answer in a fraction of a second. What only `status`
@@ -133,7 +133,7 @@ def _render(status: StatusRecord, *, as_json: bool, compact: bool) -> str:
 
     if not as_json:
         return render_table(status)
-    record = status.to_json()  # keys this version does not know are printed as written
+    record = json.loads(status.encode())  # keys this version does not know: as written
     if compact:  # --watch --json: one record per line (JSON Lines), for programs that follow
         return json.dumps(record, sort_keys=True)
     return json.dumps(record, indent=2, sort_keys=True)
@@ -149,7 +149,7 @@ def watch_frame(text: str, *, tty: bool) -> str:
 
 
 def _check(config: Config) -> int:
-    from prefetchd.check import run_checks
+    from prefetchd.commands.check import run_checks
     from prefetchd.logs import redact
 
     findings = run_checks(config)
@@ -163,8 +163,8 @@ def _init(url: str, endpoint_url: str | None, output: str | None) -> int:
     is validated first, so a bad ``--url`` is the usual one line and exit 2."""
     import yaml
 
+    from prefetchd.commands.init_config import plan, probe_host, render
     from prefetchd.config import config_from_dict
-    from prefetchd.init_config import plan, probe_host, render
 
     text = render(plan(probe_host()), url=url, endpoint_url=endpoint_url)
     config_from_dict(yaml.safe_load(text))

@@ -1,32 +1,44 @@
 """The status record: ``state_dir/status.json``, what ``prefetchd status --json`` prints.
 
-The supervisor builds a ``StatusRecord`` about once a second and writes ``to_json()``
+The supervisor builds a ``StatusRecord`` about once a second and writes ``encode()``
 atomically; ``prefetchd status``, the metrics endpoint and the trainers (``ready_files()``
-watches ``state``, ``reason`` and ``updated``) read it back with ``StatusRecord.from_json``.
+watches ``state``, ``reason`` and ``updated``) read it back with ``StatusRecord.decode``.
 The keys are interface, documented in ``docs/status.md``: they are never removed or renamed,
 and each key of the JSON is the field of the same name here (``counts``' fields sit at the top
 level of the JSON, ``extra`` holds keys this version does not know).
 
-Other versions (rule: ``prefetchd.wire``): ``version`` is ``STATUS_VERSION``; a record without
-it is version 0 (the same keys). A reader of any version reads any record: a missing key takes
-its default (0, null, empty), a key it does not know is kept in ``extra`` and written back by
-``to_json``, so ``status --json`` of an older client shows a newer daemon's keys as written.
-A JSON object without a string ``state`` is not a status record.
+Other versions (rule: ``prefetchd.messages.wire``): ``version`` is ``StatusRecord.VERSION``; a
+record without it is version 0 (the same keys). A reader of any version reads any record: a
+missing key takes its default (0, null, empty), a key it does not know is kept in ``extra`` and
+written back by ``encode``, so ``status --json`` of an older client shows a newer daemon's keys
+as written. A JSON object without a string ``state`` is not a status record.
 """
 
 from __future__ import annotations
 
+import enum
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar, Self
 
-from prefetchd.supervise.child_report import Counts, ErrorEntry
-from prefetchd.wire import field_names, scalar_fields
-
-STATUS_VERSION = 1
+from prefetchd.messages.child_report import ErrorEntry, error_entries
+from prefetchd.messages.counters import Counts, quarantined_by_reason
+from prefetchd.messages.epoch_keep import EpochKeep
+from prefetchd.messages.wire import MessageError, field_names, json_object, scalar_fields
 
 VERDICTS = ("consumer-bound", "store-bound", "writer-bound", "ram-bound", "idle", "unknown")
+
+
+class DaemonState(enum.StrEnum):
+    """The daemon's state, the record's ``state`` (its transitions: ``supervise/states.py``)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    DONE = "done"
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -37,16 +49,13 @@ class Verdict:
     summary: str
     evidence: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "summary": self.summary, "evidence": list(self.evidence)}
 
-    @classmethod
-    def from_json(cls, raw: Any) -> Verdict | None:
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("verdict"), str):
-            return None
-        evidence = raw.get("evidence")
-        lines = [str(e) for e in evidence] if isinstance(evidence, list) else []
-        return cls(raw["verdict"], str(raw.get("summary") or ""), lines)
+def _verdict(raw: Any) -> Verdict | None:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("verdict"), str):
+        return None
+    evidence = raw.get("evidence")
+    lines = [str(e) for e in evidence] if isinstance(evidence, list) else []
+    return Verdict(raw["verdict"], str(raw.get("summary") or ""), lines)
 
 
 @dataclass(frozen=True)
@@ -75,18 +84,6 @@ class EpochStatus:
     eta_s: float | None = None
 
 
-@dataclass(frozen=True)
-class KeepEpoch:
-    """``download.keep``'s hits and misses in one epoch (objects and bytes)."""
-
-    epoch: int = 0
-    hits: int = 0
-    hit_bytes: int = 0
-    misses: int = 0
-    miss_bytes: int = 0
-    hit_ratio: float | None = None  # of the bytes; None before any
-
-
 def _nested(cls: type[Any], raw: Any) -> Any:
     return cls(**scalar_fields(cls, raw)) if isinstance(raw, Mapping) else None
 
@@ -94,6 +91,8 @@ def _nested(cls: type[Any], raw: Any) -> Any:
 @dataclass(frozen=True)
 class StatusRecord:
     """The daemon's state and figures; see ``docs/status.md`` for each key."""
+
+    VERSION: ClassVar[int] = 1
 
     state: str  # a DaemonState (another version may know others)
     reason: str | None = None
@@ -126,7 +125,7 @@ class StatusRecord:
     keep_bytes: int = 0
     keep_limit: int = 0
     keep_hit_ratio: float | None = None
-    keep_epochs: tuple[KeepEpoch, ...] = ()
+    keep_epochs: tuple[EpochKeep, ...] = ()
     ram_bytes: int = 0
     ram_budget: int = 0
     download_bytes_per_s: float = 0.0
@@ -142,7 +141,7 @@ class StatusRecord:
     children: dict[str, ChildStatus] = field(default_factory=dict)
     last_errors: tuple[ErrorEntry, ...] = ()
     bottleneck: Verdict | None = None
-    version: int = STATUS_VERSION
+    version: int = VERSION  # of the record read (``encode`` writes it back as read)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def age(self, *, monotonic: float | None = None) -> float:
@@ -155,60 +154,58 @@ class StatusRecord:
             return now - self.updated_monotonic
         return time.time() - self.updated
 
-    def to_json(self) -> dict[str, Any]:
+    def encode(self) -> bytes:
         """The one encoder: the JSON object ``status.json`` holds."""
         record: dict[str, Any] = {
             f.name: getattr(self, f.name) for f in fields(self) if f.name not in _STRUCTURED
         }
         record.update(asdict(self.counts))
         record["epochs"] = [asdict(e) for e in self.epochs]
-        record["keep_epochs"] = [asdict(e) for e in self.keep_epochs]
+        record["keep_epochs"] = [e.status_entry() for e in self.keep_epochs]
         record["children"] = {name: asdict(c) for name, c in self.children.items()}
         record["last_errors"] = [asdict(e) for e in self.last_errors]
-        record["bottleneck"] = self.bottleneck.to_json() if self.bottleneck else None
+        record["bottleneck"] = asdict(self.bottleneck) if self.bottleneck else None
         record["quarantined_by_reason"] = quarantined_by_reason(self.counts)
-        return {**self.extra, **record}
+        return json.dumps({**self.extra, **record}).encode()
 
     @classmethod
-    def from_json(cls, raw: Any) -> StatusRecord | None:
-        """The one decoder; None if ``raw`` is not a status record. Never raises."""
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("state"), str):
-            return None
+    def decode(cls, data: bytes) -> Self:
+        """The one decoder; ``MessageError`` if ``data`` holds no status record, else never
+        raises."""
+        raw = json_object(data)
+        if not isinstance(raw.get("state"), str):
+            raise MessageError("a JSON object without a state")
         children = raw.get("children")
         epochs = raw.get("epochs")
-        keep_epochs = (_nested(KeepEpoch, x) for x in _list(raw.get("keep_epochs")))
+        keep_epochs = (
+            EpochKeep.decode_object(x) for x in _list(raw.get("keep_epochs")) if _object(x)
+        )
         decoded = {
-            "version": 0,  # records of daemons before STATUS_VERSION have no version key
+            "version": 0,  # records of daemons before VERSION 1 have no version key
             **scalar_fields(cls, raw),
             "epochs": tuple(
                 e for e in (_nested(EpochStatus, x) for x in _list(epochs)) if e is not None
             ),
-            "keep_epochs": tuple(e for e in keep_epochs if e is not None),
+            "keep_epochs": tuple(keep_epochs),
             "counts": Counts(**scalar_fields(Counts, raw)),
             "children": {
                 str(name): _nested(ChildStatus, child)
                 for name, child in (children.items() if isinstance(children, Mapping) else ())
                 if isinstance(child, Mapping)
             },
-            "last_errors": ErrorEntry.list_from_json(raw.get("last_errors")),
-            "bottleneck": Verdict.from_json(raw.get("bottleneck")),
+            "last_errors": error_entries(raw.get("last_errors")),
+            "bottleneck": _verdict(raw.get("bottleneck")),
             "extra": {k: v for k, v in raw.items() if k not in _KNOWN},
         }
         return cls(**decoded)
 
 
-def quarantined_by_reason(counts: Counts) -> dict[str, int]:
-    """``objects_quarantined`` split by reason (the codes of ``write.quarantine.Reason``)."""
-    return {
-        "corrupt": counts.quarantined_corrupt,
-        "too_large": counts.quarantined_too_large,
-        "timeout": counts.quarantined_timeout,
-        "plugin_error": counts.quarantined_plugin_error,
-    }
-
-
 def _list(raw: Any) -> list[Any]:
     return raw if isinstance(raw, list) else []
+
+
+def _object(raw: Any) -> bool:
+    return isinstance(raw, Mapping)
 
 
 _STRUCTURED = frozenset(

@@ -1,7 +1,7 @@
 """The consumer report: a trainer process's wait figures, in ``ram_dir/consumers/<claimant>.lock``.
 
-Written by the trainer (``ready.ConsumerStats``, rewritten in place on every wait and claim),
-read by the daemon (``status.read_consumers``) for ``consumer_wait_s`` and the bottleneck
+Written by the trainer (``consume.ready.ConsumerStats``, rewritten in place on every wait and
+claim), read by the daemon (``status.read_consumers``) for ``consumer_wait_s`` and the bottleneck
 verdict. One JSON object padded with spaces to ``RECORD_SIZE`` bytes, so a reader of the file
 (rewritten in place, never truncated) never sees a shorter record's leftovers::
 
@@ -13,46 +13,44 @@ verdict. One JSON object padded with spaces to ``RECORD_SIZE`` bytes, so a reade
 reader that knows it uses) are set while the process waits, so the reader adds the wait still
 in progress.
 
-Other versions (rule: ``prefetchd.wire``): trainer and daemon are separate installs (a sidecar
-container), so either may be newer. Unknown fields are ignored; missing ones read as 0 / null.
-A record without ``version`` is version 0 (the same fields).
+Other versions (rule: ``prefetchd.messages.wire``): trainer and daemon are separate installs (a
+sidecar container), so either may be newer. Unknown fields are ignored; missing ones read as 0 /
+null. A record without ``version`` is version 0 (the same fields).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import ClassVar, Self
 
-from prefetchd.wire import scalar_fields
+from prefetchd.messages.wire import json_object, scalar_fields
 
-CONSUMER_VERSION = 1
 RECORD_SIZE = 256
 
 
 @dataclass(frozen=True)
 class ConsumerReport:
+    """One trainer process's wait figures, as its lock file holds them."""
+
+    VERSION: ClassVar[int] = 1
+
     pid: int = 0
     wait_s: float = 0.0
     waiting_since: float | None = None
     shards: int = 0
-    version: int = CONSUMER_VERSION
+    version: int = VERSION  # of the report read; ``encode`` writes VERSION
     waiting_since_monotonic: float | None = None
 
     def encode(self) -> bytes:
         """The one encoder: exactly ``RECORD_SIZE`` bytes."""
-        data = json.dumps({**asdict(self), "version": CONSUMER_VERSION}).encode()
+        data = json.dumps({**asdict(self), "version": self.VERSION}).encode()
         if len(data) > RECORD_SIZE:  # four numbers cannot get there; a new field might
             raise ValueError(f"consumer report of {len(data)} bytes > {RECORD_SIZE}")
         return data.ljust(RECORD_SIZE)
 
     @classmethod
-    def decode(cls, data: bytes) -> ConsumerReport | None:
-        """The one decoder; None if ``data`` holds no report (empty, torn, not JSON)."""
-        try:
-            raw: Any = json.loads(data.decode("utf-8").strip(" \0\n"))
-        except ValueError:
-            return None
-        if not isinstance(raw, dict):
-            return None
-        return cls(**{"version": 0, **scalar_fields(cls, raw)})
+    def decode(cls, data: bytes) -> Self:
+        """The one decoder; ``MessageError`` if ``data`` holds no report (empty, torn, not
+        JSON), else never raises."""
+        return cls(**{"version": 0, **scalar_fields(cls, json_object(data))})

@@ -1,40 +1,37 @@
-"""What every child process shares: start-up, stop signals, parent watch, and its report.
+"""The child's side of the contract with the supervisor: ``ChildContext``.
 
-A child reports by rewriting ``state_dir/children/<name>.json`` (atomically) from its main
-loop about twice a second; the file's ``heartbeat`` tells the supervisor the loop is alive.
-The report's format and its rule for other versions are ``child_report.py``.
-Signal handlers only set a flag; the loops look at it at least every half second.
+A stage's main loop (downloader, writer) gets one from the child process shell
+(``roles/shell.py``): its name, config and layout, whether it must stop (a stop signal, or the
+supervisor gone), and where it reports. A child reports by rewriting
+``state_dir/children/<name>.json`` (atomically) from its main loop about twice a second; the
+file's ``heartbeat`` tells the supervisor the loop is alive. The report's format and its rule
+for other versions are ``messages/child_report.py``. Signal handlers only set a flag; the loops
+look at it at least every half second.
 """
 
 from __future__ import annotations
 
-import ctypes
 import gc
-import json
 import logging
 import os
-import signal
-import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from prefetchd.config import Config
-from prefetchd.errors import PrefetchdError
 from prefetchd.layout import Layout, write_atomic
-from prefetchd.logs import redact, setup_logging
-from prefetchd.supervise.child_report import ErrorEntry, report_json
-from prefetchd.supervise.states import CHILD_BOOT_FAILURE
+from prefetchd.logs import redact
+from prefetchd.messages.child_report import ChildReport, ErrorEntry
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 REPORT_INTERVAL = 0.5
 MAX_LAST_ERRORS = 10
 
 
 class ChildContext:
-    """The handle a role's main loop uses to learn it must stop and to publish its counters."""
+    """The handle a stage's main loop uses to learn it must stop and to publish its counters:
+    owns the stop flag, the readiness, the counters' report and the last errors."""
 
     def __init__(self, name: str, config: Config) -> None:
         self.name = name
@@ -86,55 +83,20 @@ class ChildContext:
         if not force and not self.report_due():
             return
         self._last_report = time.monotonic()
-        record = report_json(
+        report = ChildReport.of(
+            self.counters,
             name=self.name,
             pid=os.getpid(),
             heartbeat=time.time(),  # for people
             beat=time.monotonic(),  # for the heartbeat check (see ChildReport.beat)
             ready=self.ready,
-            counters=self.counters,
             last_errors=self.last_errors,
             boot_error=boot_error,
             fatal=fatal,
             stopped=stopped,
         )
-        write_atomic(self._path, json.dumps(record).encode())
+        write_atomic(self._path, report.encode())
 
-    def _on_signal(self, signum: int, frame: object) -> None:
+    def on_stop_signal(self, signum: int, frame: object) -> None:
+        """The handler of a stop signal: set the flag the loops look at."""
         self.stopping = True
-
-
-def child_main(
-    name: str, entry: Callable[[ChildContext, int], None], index: int, config: Config
-) -> None:
-    """Entry point of every child process (spawned, so nothing is inherited but arguments):
-    set up logging and signals, run the role's ``entry(ctx, index)``, report how it ended."""
-    setup_logging(config.log.level, name)
-    _die_with_parent()
-    ctx = ChildContext(name, config)
-    signal.signal(signal.SIGTERM, ctx._on_signal)
-    # Ctrl-C and a closed terminal signal the whole process group; the supervisor drains us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        entry(ctx, index)
-    except PrefetchdError as exc:
-        message = redact(str(exc))
-        log.error("%s", message)
-        ctx.report(force=True, boot_error=message if not ctx.ready else None, fatal=message)
-        sys.exit(CHILD_BOOT_FAILURE if not ctx.ready else 1)
-    except Exception as exc:
-        message = redact(f"{type(exc).__name__}: {exc}")
-        log.error("crashed: %s", message, exc_info=True)  # the traceback is masked too
-        ctx.report(force=True, boot_error=message if not ctx.ready else None, fatal=message)
-        sys.exit(CHILD_BOOT_FAILURE if not ctx.ready else 1)
-    ctx.report(force=True, stopped=True)
-
-
-def _die_with_parent() -> None:
-    """Ask the kernel to SIGTERM us if the supervisor dies (Linux); loops also poll getppid."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass

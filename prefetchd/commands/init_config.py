@@ -3,7 +3,7 @@
 ``plan()`` is pure arithmetic from what the host has (cores, RAM, the RAM disk's size, free
 local disk); ``render()`` writes it as YAML with a comment on every value saying where it came
 from; ``probe_host()`` is the only part that looks at the machine. The sizes obey the rules
-``prefetchd check`` advises (prefetchd/sizing.py), so a fresh config gets no size warnings.
+``prefetchd check`` advises (prefetchd/commands/sizing.py), so a fresh config gets no size warnings.
 """
 
 from __future__ import annotations

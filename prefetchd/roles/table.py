@@ -1,5 +1,5 @@
 """The table of child roles the supervisor runs: what each one is called, how many there are
-and where its main loop lives. The child shell (``child.child_main``) knows no role; it is
+and where its main loop lives. The child shell (``shell.child_main``) knows no role; it is
 handed the role's entry point. Each entry imports its stage only inside the child, so a writer
 never loads boto3 and the supervisor loads neither stage.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
-from prefetchd.supervise.child import ChildContext
 
 
 def run_downloader(ctx: ChildContext, index: int) -> None:
@@ -27,6 +27,8 @@ def run_writer(ctx: ChildContext, index: int) -> None:
 
 @dataclass(frozen=True)
 class Role:
+    """One kind of child: its name, its entry point and how many the config asks for."""
+
     name: str
     entry: Callable[[ChildContext, int], None]  # module-level, so spawn can pickle it
     count: Callable[[Config], int]

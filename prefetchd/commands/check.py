@@ -9,7 +9,7 @@ from pathlib import Path
 
 import botocore.exceptions
 
-from prefetchd import sizing
+from prefetchd.commands import sizing
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import in_share, matches
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client, session
@@ -117,7 +117,7 @@ def _check_manifest(client: S3Client, manifest: str) -> Finding:
 
 
 def _check_sizing(config: Config, listed: list[int]) -> list[Finding]:
-    """The rules of thumb of prefetchd/sizing.py, one WARN line each."""
+    """The rules of thumb of prefetchd/commands/sizing.py, one WARN line each."""
     typical = sum(listed) // len(listed) if listed else 0
     lines = sizing.advice(config, cores=os.cpu_count() or 1, object_size=typical)
     return [Finding("warn", line) for line in lines]

@@ -3,23 +3,44 @@
 The processes of one host may run different versions of prefetchd: a spawned child imports the
 package from disk, which an upgrade may have replaced under a running supervisor, and a trainer
 (its own container, its own install) reads the status of a daemon of another release. So every
-message (status record, child report, writer journal line, consumer report) is read by one
-rule: a field the reader does not know is ignored; a field that is missing, or holds a JSON
-type the reader cannot use, takes the field's default. Each message keeps a format ``version``
-that goes up only when a field changes meaning, never for a new field; a message whose meaning
-cannot be guessed (the writer journal) refuses a newer version instead.
+message (status record, child report, consumer report, keep figures, writer journal line) is
+read by one rule: a field the reader does not know is ignored; a field that is missing, or holds
+a JSON type the reader cannot use, takes the field's default. Each message keeps a format
+``version`` that goes up only when a field changes meaning, never for a new field; a message
+whose meaning cannot be guessed (the writer journal) refuses a newer version instead.
 
-``scalar_fields`` applies the rule to the scalar fields of a message's dataclass. (A leaf
-module: standard library only.)
+Every message has one codec shape: a frozen dataclass with ``VERSION`` (the format version
+this release writes), ``encode() -> bytes`` and the classmethod ``decode(bytes)``, which
+raises ``MessageError`` (a ``ValueError``) for bytes that hold no such message and otherwise
+never fails on their contents; a message that nests in another one, or that its reader finds
+already parsed, also has ``decode_object`` for the JSON value. ``json_object`` and
+``scalar_fields`` apply the rule for a decoder. (A leaf module: standard library only.)
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any
 
 _UNUSABLE = object()
+
+
+class MessageError(ValueError):
+    """Bytes that hold no message of the kind asked for (empty, torn, not JSON, not one)."""
+
+
+def json_object(data: bytes) -> dict[str, Any]:
+    """The JSON object ``data`` holds (UTF-8, surrounding spaces, NULs and newlines ignored);
+    ``MessageError`` if it holds none."""
+    try:
+        raw: Any = json.loads(data.decode("utf-8").strip(" \0\n"))
+    except ValueError:
+        raise MessageError("not a JSON text") from None
+    if not isinstance(raw, dict):
+        raise MessageError("not a JSON object")
+    return raw
 
 
 def _int(value: Any) -> Any:
