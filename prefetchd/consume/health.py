@@ -3,7 +3,6 @@ its directories at start-up (``wait_for_dirs``)."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
@@ -33,9 +32,7 @@ class DaemonHealth:
 
     def _status(self) -> StatusRecord | None:
         try:
-            return StatusRecord.from_json(
-                json.loads(self.layout.status_file.read_text(encoding="utf-8"))
-            )
+            return StatusRecord.decode(self.layout.status_file.read_bytes())
         except (OSError, ValueError):
             return None
 
