@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prefetchd.layout import Layout, dir_bytes
+from prefetchd.atomic import dir_bytes
+from prefetchd.layout import Layout
 
 log = logging.getLogger(__name__)
 

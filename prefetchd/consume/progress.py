@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.ready import ReadyFiles, parse_position, ready_files
-from prefetchd.layout import parse_shard_name, write_atomic
+from prefetchd.layout import parse_shard_name
 from prefetchd.tfrecord import index_records, read_records
 
 log = logging.getLogger(__name__)

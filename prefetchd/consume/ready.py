@@ -31,21 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from prefetchd.atomic import create_exclusive, dir_bytes, holds_lock
 from prefetchd.config import Config, load_config
 from prefetchd.consume.access import check_trainer_access
 from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
 from prefetchd.errors import DaemonFailed
 from prefetchd.inotify import IN_CLOSE, IN_MOVED_TO, IN_OPEN, Event, Watch
-from prefetchd.layout import (
-    Layout,
-    claim_name,
-    create_exclusive,
-    dir_bytes,
-    epoch_prefix,
-    holds_lock,
-    parse_claim_name,
-    parse_shard_name,
-)
+from prefetchd.layout import Layout, claim_name, epoch_prefix, parse_claim_name, parse_shard_name
 from prefetchd.supervise.states import DaemonState
 from prefetchd.supervise.status_record import StatusRecord
 
@@ -496,7 +488,7 @@ class ShardReleaser:
         # Held for the life of this process: the daemon tests it to find claims of dead trainers.
         # Locked before it gets its final name, so the daemon never sees it unlocked.
         lock = layout.consumer_lock(self.owner)
-        tmp = lock.with_name(f".{lock.name}.tmp")
+        tmp = layout.consumer_lock_temp(self.owner)
         self._alive_fd = create_exclusive(tmp)
         fcntl.flock(self._alive_fd, fcntl.LOCK_EX)
         self._stats = ConsumerStats(self.pid)

@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from prefetchd.atomic import open_append, write_atomic, write_new
 from prefetchd.budget import Window
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
@@ -58,16 +59,16 @@ from prefetchd.download.store import (
 from prefetchd.download.transfer import make_transfer
 from prefetchd.download.verify import IntegrityError, SizeChanged
 from prefetchd.errors import RuntimeFailure
+from prefetchd.exactly_once.markers import first_epoch_without
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.layout import (
-    TMP_SUFFIX,
     claimed_object,
+    is_part,
     key_hash,
     object_name,
-    open_append,
     parse_object_name,
-    write_atomic,
-    write_new,
+    unmeta,
+    unpart,
 )
 from prefetchd.logs import escape_key
 from prefetchd.supervise.child import ChildContext
@@ -124,7 +125,6 @@ class Downloader:
         self.faults_since = 0.0  # monotonic time of the first of the consecutive faults
         self._probe_client: S3Client | None = None
         # Joined per object as text: a pathlib join and its str() cost more than the syscall.
-        self._meta_dir = str(self.layout.cache_meta)
         self._ready_dir = str(self.layout.cache_ready)
         self._probed: tuple[float, bool] = (-PROBE_INTERVAL, False)  # (when, readable)
         self.counters = ctx.counters = DownloaderCounters(
@@ -229,20 +229,16 @@ class Downloader:
         """Sweep what a previous run left behind; learn what is already on disk."""
         logged = {k: self._read_log(k) for k in self._unfinished_epochs_on_disk()}
         for entry in os.scandir(self.layout.cache_tmp):
-            name = entry.name.removesuffix(TMP_SUFFIX)
+            name = unpart(entry.name)
             parsed = parse_object_name(name)
-            if (
-                parsed
-                and entry.name.endswith(TMP_SUFFIX)
-                and parsed[2] in logged.get(parsed[0], ())
-            ):
+            if parsed and is_part(entry.name) and parsed[2] in logged.get(parsed[0], ()):
                 os.rename(entry.path, self.layout.cache_ready / name)  # roll forward
                 log.info("rolled forward %s after a restart", name)
             else:
                 os.unlink(entry.path)
         on_disk = self._objects_on_disk()
         for entry in os.scandir(self.layout.cache_meta):
-            name = entry.name.removesuffix(".json")
+            name = unmeta(entry.name)
             parsed = parse_object_name(name)
             if name in on_disk:
                 continue
@@ -270,7 +266,7 @@ class Downloader:
         return held
 
     def _unfinished_epochs_on_disk(self) -> list[int]:
-        return sorted(int(p.stem[1:]) for p in self.layout.progress.glob("e*.log"))
+        return self.layout.download_log_epochs()
 
     def _read_log(self, epoch: int) -> set[str]:
         path = self._log_path(epoch)
@@ -281,7 +277,7 @@ class Downloader:
             return set()
 
     def _log_path(self, epoch: int) -> Path:
-        return self.layout.progress / f"e{epoch}.log"
+        return self.layout.download_log(epoch)
 
     # --- main loop ----------------------------------------------------------------------------
 
@@ -320,7 +316,7 @@ class Downloader:
                     obj = self.keeper.current(row, obj)
                 digest = key_hash(bucket, obj.key)
                 name = object_name(epoch, seq, digest)
-                job = Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
+                job = Job(epoch, seq, obj, name, self.layout.download_part(name))
                 if first:
                     job.part_size, first = self._first_part_size(obj.size), False
                 yield job
@@ -360,10 +356,7 @@ class Downloader:
         return True
 
     def _first_epoch(self) -> int:
-        epoch = 0
-        while self.layout.downloaded_marker(epoch).exists():
-            epoch += 1
-        return epoch
+        return first_epoch_without(self.layout.downloaded_marker)
 
     def _loop(self) -> None:
         jobs = self._jobs()
@@ -472,7 +465,7 @@ class Downloader:
             shuffle=self.config.epochs.shuffle,
         )
         obj = self.share[order[seq]]
-        job = Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
+        job = Job(epoch, seq, obj, name, self.layout.download_part(name))
         self._write_meta(job)
         # its room in the window stays reserved for the new copy (see _discard)
         log.warning(
@@ -655,7 +648,7 @@ class Downloader:
         # logged, which the start-up sweep removes (_recover). A meta that exists (a refetch
         # of a logged object, rewritten once verified) is replaced atomically: a crash must
         # not leave a logged object with a partial meta.
-        path, data = f"{self._meta_dir}/{job.name}.json", json.dumps(meta).encode()
+        path, data = self.layout.meta_file(job.name), json.dumps(meta).encode()
         if not write_new(path, data):
             write_atomic(Path(path), data)
 
@@ -667,7 +660,7 @@ class Downloader:
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
-            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)
+            Path(self.layout.meta_file(job.name)).unlink(missing_ok=True)
             return exc
         return None
 
@@ -704,7 +697,7 @@ class Downloader:
             os.unlink(job.tmp)
         if job.name in self.meta_written:  # written early by _transfer_done, now not wanted
             self.meta_written.discard(job.name)
-            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)
+            Path(self.layout.meta_file(job.name)).unlink(missing_ok=True)
 
     def _retry(self, job: Job, *, delay: float, count_attempt: bool = True) -> None:
         if count_attempt:

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from prefetchd.atomic import write_atomic
 from prefetchd.download.keep import choose_kept, keep_rank
 from prefetchd.download.kept import KeptStore, disk_full, free_bytes
 from prefetchd.download.order import SourceObject
 from prefetchd.download.share import ShareTable
-from prefetchd.layout import Layout, write_atomic
+from prefetchd.layout import Layout
 from prefetchd.sizes import format_size
 from prefetchd.supervise.child_report import DownloaderCounters
 

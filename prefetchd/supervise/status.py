@@ -18,7 +18,7 @@ from typing import Any
 
 from prefetchd.consume.report import ConsumerReport
 from prefetchd.errors import RuntimeFailure
-from prefetchd.layout import Layout
+from prefetchd.layout import Layout, lock_claimant
 from prefetchd.logs import escape_key
 from prefetchd.sizes import format_size
 from prefetchd.supervise.child_report import ChildReport, Counts
@@ -142,7 +142,7 @@ def read_consumers(layout: Layout) -> dict[str, ConsumerReport]:
     except FileNotFoundError:
         return reports
     for entry in entries:
-        if not entry.name.endswith(".lock") or entry.name.startswith("."):
+        if (claimant := lock_claimant(entry.name)) is None:
             continue
         try:
             fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -154,7 +154,7 @@ def read_consumers(layout: Layout) -> dict[str, ConsumerReport]:
             os.close(fd)
         report = ConsumerReport.decode(raw)
         if report is not None:
-            reports[entry.name.removesuffix(".lock")] = report
+            reports[claimant] = report
     return reports
 
 

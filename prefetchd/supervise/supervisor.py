@@ -23,20 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from prefetchd import __version__
+from prefetchd.atomic import dir_bytes, holds_lock, write_atomic
 from prefetchd.config import Config
 from prefetchd.errors import EXIT_FAILURE, EXIT_OK
+from prefetchd.exactly_once.ledger import forget_epoch, record_delivered
+from prefetchd.exactly_once.markers import first_epoch_without, mark_complete
+from prefetchd.exactly_once.recovery import CACHE, RAM, recover, write_disks
 from prefetchd.inotify import IN_DELETE, Watch
-from prefetchd.layout import (
-    Layout,
-    claimed_object,
-    dir_bytes,
-    epoch_prefix,
-    holds_lock,
-    is_own_file,
-    parse_claim_name,
-    write_atomic,
-)
-from prefetchd.ledger import forget_epoch, record_delivered
+from prefetchd.layout import Layout, claimed_object, epoch_prefix, is_own_file, parse_claim_name
 from prefetchd.logs import redact
 from prefetchd.owner import Ownership, claim_dirs
 from prefetchd.supervise.child import child_main
@@ -44,7 +38,6 @@ from prefetchd.supervise.child_report import ChildReport
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
 from prefetchd.supervise.keep_status import hit_ratio, keep_epochs
-from prefetchd.supervise.recovery import CACHE, RAM, recover, write_disks
 from prefetchd.supervise.roles import ROLES
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
 from prefetchd.supervise.states import DAEMON, ChildState, DaemonState
@@ -192,7 +185,7 @@ class Supervisor:
             lay.cache_ready,
             lay.cache_claimed,
             *lay.ram_shard_dirs,
-            lay.progress,
+            lay.download_logs,
             lay.journal,
             lay.epochs,
             lay.shards,
@@ -205,10 +198,7 @@ class Supervisor:
                     log.warning("left %s alone: prefetchd did not make it", entry.path)
 
     def _first_incomplete_epoch(self) -> int:
-        epoch = 0
-        while self.layout.complete_marker(epoch).exists():
-            epoch += 1
-        return epoch
+        return first_epoch_without(self.layout.complete_marker)
 
     # --- signals ------------------------------------------------------------------------------
 
@@ -228,7 +218,7 @@ class Supervisor:
     def _start_process(self, child: Child) -> ChildProcess:
         """The lifecycle's spawn seam: a fresh interpreter running the child's role, with no
         report of a previous process left for it to be mistaken for."""
-        (self.layout.children / f"{child.name}.json").unlink(missing_ok=True)
+        self.layout.child_report(child.name).unlink(missing_ok=True)
         process = self.mp.Process(
             target=child_main,
             args=(child.name, child.role.entry, child.index, self.config),
@@ -340,8 +330,8 @@ class Supervisor:
         count = self.config.epochs.count
         while (count is None or self.next_epoch < count) and self._epoch_complete(self.next_epoch):
             epoch = self.next_epoch
-            write_atomic(self.layout.complete_marker(epoch), b"{}", fsync=True)
-            (self.layout.progress / f"e{epoch}.log").unlink(missing_ok=True)
+            mark_complete(self.layout, epoch)
+            self.layout.download_log(epoch).unlink(missing_ok=True)
             log.info("epoch %d: every shard published", epoch)
             self.next_epoch += 1
         self._forget_read_epochs()

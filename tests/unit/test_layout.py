@@ -8,25 +8,27 @@ from pathlib import Path
 
 import pytest
 
+from prefetchd.atomic import (
+    dir_bytes,
+    dir_problem,
+    make_private_dir,
+    open_append,
+    write_atomic,
+    write_new,
+)
 from prefetchd.config import config_from_dict
 from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import (
     Layout,
     claim_name,
     claimed_object,
-    dir_bytes,
-    dir_problem,
     epoch_prefix,
     key_hash,
-    make_private_dir,
     object_name,
-    open_append,
     parse_claim_name,
     parse_object_name,
     parse_shard_name,
     shard_name,
-    write_atomic,
-    write_new,
     writer_claim_name,
 )
 

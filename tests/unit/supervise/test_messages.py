@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 
+from prefetchd.atomic import write_atomic
 from prefetchd.cli import main
 from prefetchd.config import Config
 from prefetchd.consume.ready import ConsumerStats, _DaemonHealth
 from prefetchd.consume.report import RECORD_SIZE, ConsumerReport
 from prefetchd.errors import DaemonFailed
-from prefetchd.layout import Layout, write_atomic
+from prefetchd.exactly_once.journal import COMPACT_EVERY, Journal, JournalEntry, JournalError
+from prefetchd.layout import Layout
 from prefetchd.supervise.child import ChildContext
 from prefetchd.supervise.child_report import (
     Activity,
@@ -31,7 +33,6 @@ from prefetchd.supervise.child_report import (
 from prefetchd.supervise.status import Totals, read_children, read_consumers, read_status
 from prefetchd.supervise.status_record import STATUS_VERSION, StatusRecord
 from prefetchd.supervise.supervisor import Supervisor
-from prefetchd.write.journal import COMPACT_EVERY, Journal, JournalEntry, JournalError
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORDED = ROOT / "tests" / "data" / "status"
