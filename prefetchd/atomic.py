@@ -147,7 +147,7 @@ def write_new(path: str | Path, data: bytes) -> bool:
     """Create ``path`` (0600, never through a symlink) holding ``data``, without a temp name;
     False, writing nothing, if it exists. Only for a file no reader opens before a later step
     publishes it, so that a crash can leave it partial only where a start-up sweep removes it
-    (a meta before its object's progress-log line). Saves write_atomic's rename, the dearest
+    (a meta before its object's download-log line). Saves write_atomic's rename, the dearest
     of its syscalls. An existing file may be open in a reader: replace it with write_atomic."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:

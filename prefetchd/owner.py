@@ -19,9 +19,9 @@ Each of the three directories holds two files directly inside it:
     survives under the same owner and replaced when the marker is gone (a reboot emptied the
     tmpfs, someone deleted the files) or another owner took the directory over. The state_dir
     remembers the tokens it was written against (``disks.json``), so a restarted daemon knows
-    whether the files it expects can still be there (``ledger.py``). ``created`` says whether
-    prefetchd made the directory, and so may tighten its mode; a directory someone else made
-    keeps the mode they gave it.
+    whether the files it expects can still be there (``exactly_once/recovery.py``). ``created``
+    says whether prefetchd made the directory, and so may tighten its mode; a directory someone
+    else made keeps the mode they gave it.
 
 An existing directory is adopted only when it is safe (not a symlink, ours by uid, not writable
 by others: ``atomic.existing_dir_problem``) and either carries a marker or holds nothing but

@@ -55,7 +55,7 @@ COUNTED = (
 )
 
 # Per published object: its meta (open, write, close: written in place, no temp name to
-# rename), its progress log line (one write on the log kept open), and the rename into ready/.
+# rename), its download log line (one write on the log kept open), and the rename into ready/.
 PUBLISH_BUDGET = {"open": 1, "write": 2, "close": 1, "rename": 1}
 # Per claimed object (raw format): the rename out of ready/, its meta read (open, read, close),
 # the object opened, its size taken (fstat: checked against output.max_record_size and the
