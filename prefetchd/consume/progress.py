@@ -37,7 +37,7 @@ from typing import Any
 from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.ready import ReadyFiles, parse_position, ready_files
-from prefetchd.layout import parse_shard_name
+from prefetchd.layout import claimed_shard, parse_shard_name
 from prefetchd.tfrecord import index_records, read_records
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class TrainingPosition:
         self._exhausted = False
         self._finished = 0
         for path in stream:
-            name = os.path.basename(path).partition("-")[2]
+            name = claimed_shard(os.path.basename(path))
             total = count_records(path)
             with self._lock:
                 skip = self._skip.pop(name, 0)

@@ -65,6 +65,7 @@ from prefetchd.layout import (
     claimed_object,
     is_part,
     key_hash,
+    object_digest,
     object_name,
     parse_object_name,
     unmeta,
@@ -810,7 +811,7 @@ class Downloader:
         resubmitted by this loop, which must not wait for it."""
         if job.epoch == self.first_epoch:
             return False  # no earlier epoch in this run: skip the scan of every request
-        digest = job.name.rpartition("-")[2]
+        digest = object_digest(job.name)
         return any(name.endswith(digest) for name in self.active)
 
     def _reset_windows(self, held: dict[str, int]) -> None:

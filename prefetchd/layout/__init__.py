@@ -67,9 +67,11 @@ from prefetchd.layout.names import (
     ObjectName,
     ShardClaim,
     ShardName,
+    child_of_report,
     child_report_name,
     claim_name,
     claimed_object,
+    claimed_shard,
     consumer_lock_name,
     delivered_ledger_name,
     download_log_epoch,
@@ -87,6 +89,7 @@ from prefetchd.layout.names import (
     lock_claimant,
     marker_name,
     meta_name,
+    object_digest,
     object_name,
     parse_attempts_name,
     parse_claim_name,
@@ -116,9 +119,11 @@ __all__ = [
     "ObjectName",
     "ShardClaim",
     "ShardName",
+    "child_of_report",
     "child_report_name",
     "claim_name",
     "claimed_object",
+    "claimed_shard",
     "consumer_lock_name",
     "delivered_ledger_name",
     "download_log_epoch",
@@ -136,6 +141,7 @@ __all__ = [
     "lock_claimant",
     "marker_name",
     "meta_name",
+    "object_digest",
     "object_name",
     "parse_attempts_name",
     "parse_claim_name",
@@ -233,6 +239,14 @@ class Layout:
     def consumer_lock(self, claimant: str) -> Path:
         return self.ram_consumers / consumer_lock_name(claimant)
 
+    def consumer_locks(self) -> dict[str, Path]:
+        """Every trainer's liveness lock in ``consumers/``, by claimant."""
+        return {
+            claimant: self.ram_consumers / name
+            for name in _names(self.ram_consumers)
+            if (claimant := lock_claimant(name)) is not None
+        }
+
     def consumer_lock_temp(self, claimant: str) -> Path:
         """The lock's name while its trainer locks it, before it is renamed into place."""
         return self.ram_consumers / f".{consumer_lock_name(claimant)}.tmp"
@@ -260,6 +274,14 @@ class Layout:
 
     def child_report(self, child: str) -> Path:
         return self.children / child_report_name(child)
+
+    def child_reports(self) -> dict[str, Path]:
+        """Every child's report in ``children/``, by child name."""
+        return {
+            child: self.children / name
+            for name in _names(self.children)
+            if (child := child_of_report(name)) is not None
+        }
 
     @property
     def download_logs(self) -> Path:

@@ -76,6 +76,11 @@ def parse_object_name(name: str) -> ObjectName | None:
     return ObjectName(int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
 
 
+def object_digest(name: str) -> str:
+    """The hash of bucket and key that ends an object name: the same object in every epoch."""
+    return name.rpartition("-")[2]
+
+
 def epoch_prefix(epoch: int) -> str:
     """Every object and shard name of ``epoch`` starts with this."""
     return f"e{epoch:05d}-"
@@ -166,6 +171,12 @@ def parse_claim_name(name: str) -> ShardClaim | None:
     return ShardClaim(claimant, shard) if parse_shard_name(shard) is not None else None
 
 
+def claimed_shard(name: str) -> str:
+    """The shard inside a trainer's claim name (what follows the claimant), unchecked: for
+    names this process made itself (``claim_name``)."""
+    return name.partition("-")[2]
+
+
 def consumer_lock_name(claimant: str) -> str:
     return claimant + LOCK_SUFFIX
 
@@ -183,6 +194,11 @@ def lock_claimant(name: str) -> str | None:
 
 def child_report_name(child: str) -> str:
     return f"{child}.json"
+
+
+def child_of_report(name: str) -> str | None:
+    """The child whose report ``name`` is, or None (a ``write_atomic`` temp name included)."""
+    return name.removesuffix(".json") if name.endswith(".json") else None
 
 
 def download_log_name(epoch: int) -> str:

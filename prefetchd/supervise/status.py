@@ -208,13 +208,13 @@ def read_children(layout: Layout) -> dict[str, dict[str, Any]]:
     """Each child's last report as written (a JSON object, decoded by
     ``ChildReport.from_json``), by child name; unreadable or torn files are left out."""
     reports: dict[str, dict[str, Any]] = {}
-    for path in layout.children.glob("*.json"):
+    for child, path in layout.child_reports().items():
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(report, dict):
-            reports[path.stem] = report
+            reports[child] = report
     return reports
 
 

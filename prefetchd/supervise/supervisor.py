@@ -400,8 +400,8 @@ class Supervisor:
             if dead[owner]:
                 log.warning("trainer %s died holding %s; returning it to ready/", owner, shard)
                 os.rename(lay.ram_claimed / name, lay.ram_ready / shard)
-        for lock in lay.ram_consumers.glob("*.lock"):
-            is_dead = dead[lock.stem] if lock.stem in dead else not holds_lock(lock)
+        for claimant, lock in lay.consumer_locks().items():
+            is_dead = dead[claimant] if claimant in dead else not holds_lock(lock)
             if is_dead:
                 lock.unlink(missing_ok=True)
 
