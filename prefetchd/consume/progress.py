@@ -256,4 +256,4 @@ class TrainingPosition:
 
 def _epoch_of(name: str) -> int:
     parsed = parse_shard_name(name)
-    return parsed[0] if parsed is not None else -1
+    return parsed.epoch if parsed is not None else -1

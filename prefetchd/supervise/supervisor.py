@@ -273,7 +273,7 @@ class Supervisor:
             return
         retired = _retired(self.layout.ram_done)
         done = [
-            claim[1]
+            claim.shard
             for event in self._finished.read_now()
             if not event.overflow and (claim := parse_claim_name(event.name)) is not None
         ]
@@ -348,7 +348,7 @@ class Supervisor:
                 claims = [parse_claim_name(n) for n in os.listdir(lay.ram_claimed)]
             except FileNotFoundError:
                 return  # the RAM disk was emptied: _check_disks fails the daemon
-            names += [claim[1] for claim in claims if claim is not None]
+            names += [claim.shard for claim in claims if claim is not None]
             if any(n.startswith(prefix) for n in names):
                 return
             self._note_deliveries()
@@ -591,7 +591,7 @@ def _retired(directory: Path) -> list[tuple[str, str]]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    return [(name, claim[1]) for name in names if (claim := parse_claim_name(name)) is not None]
+    return [(name, claim.shard) for name in names if (claim := parse_claim_name(name)) is not None]
 
 
 def _count(directory: Path) -> int:
