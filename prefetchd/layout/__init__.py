@@ -17,7 +17,7 @@ A start-up sweep deletes only names ``names.is_own_file`` recognises as ours.
         .tmp/<obj>.part           download in progress (swept at start-up)
         meta/<obj>.json           key, size, etag of a published object
         ready/<obj>               complete, verified raw objects; writers claim by rename
-        claimed/w<i>-<obj>        owned by writer i until its records are in published shards
+        claimed/w<i>-<obj>        held by writer i until its records are in published shards
         keep/<id>.json            download.keep: key, etag, size, crc32c of a kept object
         keep/<id>                 the kept bytes (a hard link to the verified download)
     output.ram_dir/
