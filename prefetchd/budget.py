@@ -1,4 +1,4 @@
-"""Back-pressure: the byte budgets, as plain arithmetic plus the writers' shared RAM ledger.
+"""Back-pressure: the byte budgets, as plain arithmetic plus the writers' shared RAM account.
 
 - The download window: raw bytes on local disk (published + claimed + in flight) never exceed
   ``download.window``, except that one object larger than the whole window may be fetched
@@ -7,7 +7,7 @@
   space in chunks before they write (``RamBudget``): under the budget lock a writer adds up
   the sizes of the files under ``ram_dir`` and, if ``chunk`` more fit, grows its file's size
   by ``chunk`` (``ftruncate``: a sparse reservation). Sizes, not allocated blocks, are the
-  ledger every writer (and anyone running ``ls -l``) reads; what the files really occupy is
+  account every writer (and anyone running ``ls -l``) reads; what the files really occupy is
   never more. Allocating the reservation too (``posix_fallocate``) was ~18 % of a writer's
   samples on tmpfs, for pages the write allocates anyway; so a tmpfs that is itself full (smaller
   than the budget, or shared) is met at the write: ``disk_full`` waits for room there.
@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prefetchd.layout import Layout, dir_bytes
+from prefetchd.atomic import dir_bytes
+from prefetchd.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ RAM_CHUNK_MAX = 16 * 1024 * 1024
 
 @dataclass
 class Window:
-    """The downloader's ledger of raw bytes, by local object name."""
+    """The downloader's account of raw bytes, by local object name."""
 
     limit: int
     held: dict[str, int] = field(default_factory=dict)
@@ -79,7 +80,7 @@ class Interrupted(Exception):
 
 
 class RamBudget:
-    """The writers' shared RAM ledger. ``headroom()`` is how much of the budget this writer
+    """The writers' shared RAM account. ``headroom()`` is how much of the budget this writer
     must leave free right now (see ``Writer._headroom``); ``should_stop()`` is called while
     waiting and says whether to give up."""
 
@@ -127,7 +128,7 @@ class RamBudget:
         try:
             if not ram_fits(self.used(), grow, self.budget - self.headroom()):
                 return False
-            os.ftruncate(fd, reserved + grow)  # the ledger is the size: nothing is allocated
+            os.ftruncate(fd, reserved + grow)  # the account is the size: nothing is allocated
             return True
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

@@ -19,12 +19,12 @@ Each of the three directories holds two files directly inside it:
     survives under the same owner and replaced when the marker is gone (a reboot emptied the
     tmpfs, someone deleted the files) or another owner took the directory over. The state_dir
     remembers the tokens it was written against (``disks.json``), so a restarted daemon knows
-    whether the files it expects can still be there (``ledger.py``). ``created`` says whether
-    prefetchd made the directory, and so may tighten its mode; a directory someone else made
-    keeps the mode they gave it.
+    whether the files it expects can still be there (``exactly_once/recovery.py``). ``created``
+    says whether prefetchd made the directory, and so may tighten its mode; a directory someone
+    else made keeps the mode they gave it.
 
 An existing directory is adopted only when it is safe (not a symlink, ours by uid, not writable
-by others: ``layout.existing_dir_problem``) and either carries a marker or holds nothing but
+by others: ``atomic.existing_dir_problem``) and either carries a marker or holds nothing but
 names prefetchd makes; anything else is refused, never wiped. A restart with the same state_dir
 after a crash takes its directories back (the lock of a dead process is free). A directory
 whose previous owner (another state_dir) is not running is taken over with a warning: that
@@ -45,17 +45,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from prefetchd.atomic import dir_problem, make_private_dir, write_atomic
 from prefetchd.config import Config
 from prefetchd.errors import RuntimeFailure
-from prefetchd.layout import (
-    LOCK_FILE,
-    OWNER_FILE,
-    Layout,
-    dir_problem,
-    is_own_top_name,
-    make_private_dir,
-    write_atomic,
-)
+from prefetchd.layout import LOCK_FILE, OWNER_FILE, Layout, is_own_top_name
 
 log = logging.getLogger(__name__)
 

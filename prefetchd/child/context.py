@@ -18,8 +18,9 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
-from prefetchd.layout import Layout, write_atomic
+from prefetchd.layout import Layout
 from prefetchd.logs import redact
 from prefetchd.messages.child_report import ChildReport, ErrorEntry
 
@@ -44,7 +45,7 @@ class ChildContext:
         self.last_errors: deque[ErrorEntry] = deque(maxlen=MAX_LAST_ERRORS)
         self._parent = os.getppid()
         self._last_report = 0.0
-        self._path = self.layout.children / f"{name}.json"
+        self._path = self.layout.child_report(name)
 
     def should_stop(self) -> bool:
         if not self.stopping and os.getppid() != self._parent:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import botocore.exceptions
 
+from prefetchd.atomic import dir_bytes
 from prefetchd.commands import sizing
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import in_share, matches
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client, session
 from prefetchd.errors import ConfigError
-from prefetchd.layout import Layout, dir_bytes
+from prefetchd.layout import Layout
 from prefetchd.owner import dir_findings
 from prefetchd.sizes import format_size
 from prefetchd.write.formats import get_format

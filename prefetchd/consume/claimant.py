@@ -16,8 +16,9 @@ import secrets
 import threading
 import time
 
+from prefetchd.atomic import create_exclusive
 from prefetchd.consume.waits import ConsumerStats
-from prefetchd.layout import Layout, create_exclusive
+from prefetchd.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class ClaimantLock:
         # Held for the life of this process: the daemon tests it to find claims of dead trainers.
         # Locked before it gets its final name, so the daemon never sees it unlocked.
         path = layout.consumer_lock(self.claimant)
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = layout.consumer_lock_temp(self.claimant)
         self._fd = create_exclusive(tmp)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         self._stats = ConsumerStats(self.pid)

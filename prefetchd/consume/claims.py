@@ -15,7 +15,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from prefetchd.layout import Layout, holds_lock, parse_claim_name
+from prefetchd.atomic import holds_lock
+from prefetchd.layout import Layout, parse_claim_name
 
 
 def ready_names(layout: Layout, prefix: str) -> list[str]:

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.ready import ReadyFiles, ready_files
 from prefetchd.consume.stream_position import parse_position
-from prefetchd.layout import parse_shard_name, write_atomic
+from prefetchd.layout import claimed_shard, parse_shard_name
 from prefetchd.tfrecord import index_records, read_records
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class TrainingPosition:
         self._exhausted = False
         self._finished = 0
         for path in stream:
-            name = os.path.basename(path).partition("-")[2]
+            name = claimed_shard(os.path.basename(path))
             total = count_records(path)
             with self._lock:
                 skip = self._skip.pop(name, 0)
@@ -256,4 +257,4 @@ class TrainingPosition:
 
 def _epoch_of(name: str) -> int:
     parsed = parse_shard_name(name)
-    return parsed[0] if parsed is not None else -1
+    return parsed.epoch if parsed is not None else -1

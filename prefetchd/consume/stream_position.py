@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from prefetchd.atomic import dir_bytes
 from prefetchd.consume.claims import give_back, retire
 from prefetchd.consume.releaser import ShardReleaser
-from prefetchd.layout import Layout, dir_bytes, parse_claim_name, parse_shard_name
+from prefetchd.layout import Layout, parse_claim_name, parse_shard_name
 
 POSITION_VERSION = 1
 

@@ -21,12 +21,12 @@ from typing import Any
 import botocore.exceptions
 import urllib3.exceptions
 
+from prefetchd.atomic import create_exclusive
 from prefetchd.budget import split_ranges
 from prefetchd.config import Config
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.store import S3Client, make_client
 from prefetchd.download.verify import IntegrityError, SizeChanged, Verifier, settle, stored_size
-from prefetchd.layout import create_exclusive
 
 log = logging.getLogger(__name__)
 

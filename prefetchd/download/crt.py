@@ -72,6 +72,7 @@ import botocore.exceptions
 import botocore.session
 from botocore.credentials import RefreshableCredentials
 
+from prefetchd.atomic import create_exclusive
 from prefetchd.config import Config
 from prefetchd.download.checksums import response_checksum
 from prefetchd.download.finishers import Finishers
@@ -82,7 +83,6 @@ from prefetchd.download.store import make_client
 from prefetchd.download.store import session as store_session
 from prefetchd.download.verify import SizeChanged, Verifier, settle, stored_size
 from prefetchd.errors import ConfigError
-from prefetchd.layout import create_exclusive
 from prefetchd.logs import redact_url
 
 log = logging.getLogger(__name__)

@@ -66,7 +66,7 @@ class Downloader:
         )
         keeping = keeper if download.keep else None
         self.active: dict[str, Job] = {}  # prepared and not yet handled, by local name
-        self.download_log = DownloadLog(self.layout.progress)
+        self.download_log = DownloadLog(self.layout)
         self.plan = EpochPlan(
             config, self.layout, self.download_log, keeping, self.counters, self._before_epoch
         )

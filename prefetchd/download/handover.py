@@ -18,6 +18,7 @@ from prefetchd.download.publish import Publisher
 from prefetchd.download.share import ShareTable
 from prefetchd.download.store import list_share, make_client
 from prefetchd.exactly_once.download_log import PUBLISHED
+from prefetchd.layout import object_digest
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import DownloaderCounters
 
@@ -111,5 +112,5 @@ class Handover:
         resubmitted by the loop, which must not wait for it."""
         if job.epoch == self.plan.first_epoch:
             return False  # no earlier epoch in this run: skip the scan of every request
-        digest = job.name.rpartition("-")[2]
+        digest = object_digest(job.name)
         return any(name.endswith(digest) for name in self.active)

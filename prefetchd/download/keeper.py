@@ -19,11 +19,12 @@ from array import array
 from collections.abc import Callable
 from pathlib import Path
 
+from prefetchd.atomic import write_atomic
 from prefetchd.download.keep import choose_kept, keep_rank
 from prefetchd.download.kept import KeptStore, disk_full, free_bytes
 from prefetchd.download.order import SourceObject
 from prefetchd.download.share import ShareTable
-from prefetchd.layout import Layout, write_atomic
+from prefetchd.layout import Layout
 from prefetchd.messages.counters import DownloaderCounters
 from prefetchd.messages.epoch_keep import EpochKeep, read_epoch_keep
 from prefetchd.sizes import format_size

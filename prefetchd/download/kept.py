@@ -34,8 +34,9 @@ from pathlib import Path
 
 import google_crc32c
 
+from prefetchd.atomic import write_atomic
 from prefetchd.download.order import SourceObject
-from prefetchd.layout import kept_name, parse_kept_name, write_atomic
+from prefetchd.layout import is_meta, kept_name, meta_name, parse_kept_name, unmeta
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,9 @@ class KeptStore:
         for name in names:
             if name.startswith("."):  # write_atomic's temp file
                 self._unlink(name)
-            elif name.endswith(".json"):
-                self._load_meta(name.removesuffix(".json"), names)
-            elif f"{name}.json" not in names:
+            elif is_meta(name):
+                self._load_meta(unmeta(name), names)
+            elif meta_name(name) not in names:
                 self._unlink(name)  # data without meta: not ours to trust
 
     def _load_meta(self, name: str, names: set[str]) -> None:
@@ -99,7 +100,7 @@ class KeptStore:
 
     def _read_meta(self, name: str) -> Entry | None:
         try:
-            meta = json.loads((self.directory / f"{name}.json").read_bytes())
+            meta = json.loads((self.directory / meta_name(name)).read_bytes())
             return Entry(int(meta["size"]), int(meta["crc32c"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -151,7 +152,7 @@ class KeptStore:
             return  # the downloader publishes only the listed size; never keep anything else
         meta = {"key": obj.key, "etag": obj.etag, "size": size, "crc32c": crc}
         try:
-            write_atomic(self.directory / f"{name}.json", json.dumps(meta).encode())
+            write_atomic(self.directory / meta_name(name), json.dumps(meta).encode())
             os.link(path, self.directory / name)
         except OSError:
             self.drop(name)
@@ -166,7 +167,7 @@ class KeptStore:
         if entry is not None:
             self.used -= entry.size
         self._unlink(name)
-        self._unlink(f"{name}.json")
+        self._unlink(meta_name(name))
 
     def _unlink(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -8,7 +8,6 @@ When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` 
 
 from __future__ import annotations
 
-import json
 import logging
 from array import array
 from collections.abc import Callable, Iterator
@@ -20,13 +19,12 @@ from prefetchd.download.keeper import Keeper
 from prefetchd.download.order import epoch_permutation
 from prefetchd.download.share import ShareTable
 from prefetchd.exactly_once.download_log import DownloadLog
+from prefetchd.exactly_once.markers import first_epoch_without, mark_downloaded
 from prefetchd.layout import (
-    TMP_SUFFIX,
     Layout,
     key_hash,
     object_name,
     parse_object_name,
-    write_atomic,
 )
 from prefetchd.messages.counters import DownloaderCounters
 
@@ -107,7 +105,7 @@ class EpochPlan:
                     obj = self.keeper.current(row, obj)
                 digest = key_hash(bucket, obj.key)
                 name = object_name(epoch, seq, digest)
-                job = Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
+                job = Job(epoch, seq, obj, name, self.layout.download_part(name))
                 if first:
                     job.part_size, first = self._first_part_size(obj.size), False
                 yield job
@@ -132,7 +130,7 @@ class EpochPlan:
             return None
         epoch, seq, _ = parsed
         obj = self.share[self.order(epoch)[seq]]
-        return Job(epoch, seq, obj, name, self.layout.cache_tmp / (name + TMP_SUFFIX))
+        return Job(epoch, seq, obj, name, self.layout.download_part(name))
 
     def mark_done(self, job: Job) -> None:
         """``job`` is published or skipped (and logged as such)."""
@@ -151,9 +149,7 @@ class EpochPlan:
             self.download_log.close(epoch)
             if self.keeper is not None:
                 self.keeper.save()
-            marker = self.layout.downloaded_marker(epoch)
-            if not marker.exists():
-                write_atomic(marker, json.dumps({"objects": progress.total}).encode())
+            if mark_downloaded(self.layout, epoch, progress.total):
                 log.info("epoch %d: all %d objects downloaded", epoch, progress.total)
 
     def _first_part_size(self, size: int) -> int | None:
@@ -188,7 +184,4 @@ class EpochPlan:
         return True
 
     def _first_epoch(self) -> int:
-        epoch = 0
-        while self.layout.downloaded_marker(epoch).exists():
-            epoch += 1
-        return epoch
+        return first_epoch_without(self.layout.downloaded_marker)

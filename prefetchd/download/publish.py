@@ -19,6 +19,7 @@ import os
 import queue
 from pathlib import Path
 
+from prefetchd.atomic import write_atomic, write_new
 from prefetchd.budget import Window
 from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
@@ -26,7 +27,6 @@ from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
 from prefetchd.download.plan import EpochPlan
 from prefetchd.exactly_once.download_log import PUBLISHED, SKIPPED, DownloadLog
-from prefetchd.layout import write_atomic, write_new
 from prefetchd.logs import escape_key
 from prefetchd.messages.counters import DownloaderCounters
 
@@ -59,7 +59,6 @@ class Publisher:
         self.meta_written: set[str] = set()  # names whose meta a transfer thread wrote
         self.unverified_reasons: set[str] = set()  # logged once each
         # Joined per object as text: a pathlib join and its str() cost more than the syscall.
-        self._meta_dir = str(layout.cache_meta)
         self._ready_dir = str(layout.cache_ready)
 
     def transfer_done(self, job: Job) -> None:
@@ -90,7 +89,7 @@ class Publisher:
         # object not yet logged, which the start-up sweep removes. A meta that exists (a
         # refetch of a logged object, rewritten once verified) is replaced atomically: a crash
         # must not leave a logged object with a partial meta.
-        path, data = f"{self._meta_dir}/{job.name}.json", json.dumps(meta).encode()
+        path, data = self.layout.meta_file(job.name), json.dumps(meta).encode()
         if not write_new(path, data):
             write_atomic(Path(path), data)
 
@@ -102,7 +101,7 @@ class Publisher:
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
-            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)
+            Path(self.layout.meta_file(job.name)).unlink(missing_ok=True)
             return exc
         return None
 
@@ -154,4 +153,4 @@ class Publisher:
             os.unlink(job.tmp)
         if job.name in self.meta_written:  # written early by transfer_done, now not wanted
             self.meta_written.discard(job.name)
-            (self.layout.cache_meta / f"{job.name}.json").unlink(missing_ok=True)
+            Path(self.layout.meta_file(job.name)).unlink(missing_ok=True)

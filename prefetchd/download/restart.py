@@ -15,7 +15,7 @@ import os
 from collections.abc import Container, Mapping, Set
 
 from prefetchd.exactly_once.download_log import DownloadLog
-from prefetchd.layout import TMP_SUFFIX, Layout, parse_object_name
+from prefetchd.layout import Layout, is_part, parse_object_name, unmeta, unpart
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +30,9 @@ def read_logs(download_log: DownloadLog) -> dict[int, set[str]]:
 def roll_forward(layout: Layout, logged: Logged) -> None:
     """Publish each ``.part`` already logged; delete every other file in ``.tmp/``."""
     for entry in os.scandir(layout.cache_tmp):
-        name = entry.name.removesuffix(TMP_SUFFIX)
+        name = unpart(entry.name)
         parsed = parse_object_name(name)
-        if parsed and entry.name.endswith(TMP_SUFFIX) and parsed[2] in logged.get(parsed[0], ()):
+        if parsed and is_part(entry.name) and parsed[2] in logged.get(parsed[0], ()):
             os.rename(entry.path, layout.cache_ready / name)  # roll forward
             log.info("rolled forward %s after a restart", name)
         else:
@@ -44,7 +44,7 @@ def sweep_metas(layout: Layout, logged: Logged, on_disk: Container[str]) -> set[
     logged objects whose file is gone, to be fetched again."""
     refetch: set[str] = set()
     for entry in os.scandir(layout.cache_meta):
-        name = entry.name.removesuffix(".json")
+        name = unmeta(entry.name)
         parsed = parse_object_name(name)
         if name in on_disk:
             continue

@@ -18,27 +18,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from prefetchd.layout import open_append, parse_object_name
+from prefetchd.atomic import open_append
+from prefetchd.layout import Layout, object_digest
 
 PUBLISHED = "P"
 SKIPPED = "S"
 
 
 class DownloadLog:
-    """The per-epoch download logs under one directory (``layout.progress``): read at start-up,
+    """The per-epoch download logs (``layout.download_log(k)``): read at start-up,
     appended to while downloading. Owns each epoch's file descriptor, open for appending from
     its first line until ``close(epoch)``."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
         self._fds: dict[int, int] = {}  # epoch -> its log, open for appending
 
     def path(self, epoch: int) -> Path:
-        return self.directory / f"e{epoch}.log"
+        return self.layout.download_log(epoch)
 
     def epochs(self) -> list[int]:
         """The epochs that have a log on disk (not yet complete), in order."""
-        return sorted(int(p.stem[1:]) for p in self.directory.glob("e*.log"))
+        return self.layout.download_log_epochs()
 
     def read(self, epoch: int) -> set[str]:
         """The hashes logged for ``epoch``, published or skipped; empty if it has no log."""
@@ -50,12 +51,10 @@ class DownloadLog:
 
     def append(self, epoch: int, name: str, kind: str) -> None:
         """Log the object of local name ``name`` as ``kind`` (``PUBLISHED`` or ``SKIPPED``)."""
-        digest = parse_object_name(name)
-        assert digest is not None
         fd = self._fds.get(epoch)
         if fd is None:  # kept open: one write per object, not open + write + close
             fd = self._fds[epoch] = open_append(self.path(epoch))
-        os.write(fd, f"{kind} {digest[2]}\n".encode("ascii"))
+        os.write(fd, f"{kind} {object_digest(name)}\n".encode("ascii"))
 
     def close(self, epoch: int) -> None:
         """Nothing more will be logged for ``epoch``: close its file if it is open."""

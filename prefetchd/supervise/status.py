@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefetchd.errors import RuntimeFailure
-from prefetchd.layout import Layout
+from prefetchd.layout import Layout, lock_claimant
 from prefetchd.logs import escape_key
 from prefetchd.messages.child_report import ChildReport
 from prefetchd.messages.consumer_report import ConsumerReport
@@ -143,7 +143,7 @@ def read_consumers(layout: Layout) -> dict[str, ConsumerReport]:
     except FileNotFoundError:
         return reports
     for entry in entries:
-        if not entry.name.endswith(".lock") or entry.name.startswith("."):
+        if (claimant := lock_claimant(entry.name)) is None:
             continue
         try:
             fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -154,7 +154,7 @@ def read_consumers(layout: Layout) -> dict[str, ConsumerReport]:
         finally:
             os.close(fd)
         try:
-            reports[entry.name.removesuffix(".lock")] = ConsumerReport.decode(raw)
+            reports[claimant] = ConsumerReport.decode(raw)
         except MessageError:
             continue
     return reports
@@ -213,13 +213,13 @@ def read_children(layout: Layout) -> dict[str, dict[str, Any]]:
     """Each child's last report as written (a JSON object, decoded by
     ``ChildReport.decode_object``), by child name; unreadable or torn files are left out."""
     reports: dict[str, dict[str, Any]] = {}
-    for path in layout.children.glob("*.json"):
+    for child, path in layout.child_reports().items():
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(report, dict):
-            reports[path.stem] = report
+            reports[child] = report
     return reports
 
 

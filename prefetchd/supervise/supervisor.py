@@ -23,20 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from prefetchd import __version__
+from prefetchd.atomic import dir_bytes, holds_lock, write_atomic
 from prefetchd.config import Config
 from prefetchd.errors import EXIT_FAILURE, EXIT_OK
+from prefetchd.exactly_once.ledger import forget_epoch, record_delivered
+from prefetchd.exactly_once.markers import first_epoch_without, mark_complete
+from prefetchd.exactly_once.recovery import CACHE, RAM, recover, write_disks
 from prefetchd.inotify import IN_DELETE, Watch
-from prefetchd.layout import (
-    Layout,
-    claimed_object,
-    dir_bytes,
-    epoch_prefix,
-    holds_lock,
-    is_own_file,
-    parse_claim_name,
-    write_atomic,
-)
-from prefetchd.ledger import forget_epoch, record_delivered
+from prefetchd.layout import Layout, claimed_object, epoch_prefix, is_own_file, parse_claim_name
 from prefetchd.logs import redact
 from prefetchd.messages.child_report import ChildReport
 from prefetchd.messages.epoch_keep import hit_ratio
@@ -47,7 +41,6 @@ from prefetchd.roles.table import ROLES
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
 from prefetchd.supervise.keep_status import keep_epochs
-from prefetchd.supervise.recovery import CACHE, RAM, recover, write_disks
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
 from prefetchd.supervise.states import DAEMON, ChildState
 from prefetchd.supervise.status import (
@@ -193,7 +186,7 @@ class Supervisor:
             lay.cache_ready,
             lay.cache_claimed,
             *lay.ram_shard_dirs,
-            lay.progress,
+            lay.download_logs,
             lay.journal,
             lay.epochs,
             lay.shards,
@@ -206,10 +199,7 @@ class Supervisor:
                     log.warning("left %s alone: prefetchd did not make it", entry.path)
 
     def _first_incomplete_epoch(self) -> int:
-        epoch = 0
-        while self.layout.complete_marker(epoch).exists():
-            epoch += 1
-        return epoch
+        return first_epoch_without(self.layout.complete_marker)
 
     # --- signals ------------------------------------------------------------------------------
 
@@ -229,7 +219,7 @@ class Supervisor:
     def _start_process(self, child: Child) -> ChildProcess:
         """The lifecycle's spawn seam: a fresh interpreter running the child's role, with no
         report of a previous process left for it to be mistaken for."""
-        (self.layout.children / f"{child.name}.json").unlink(missing_ok=True)
+        self.layout.child_report(child.name).unlink(missing_ok=True)
         process = self.mp.Process(
             target=child_main,
             args=(child.name, child.role.entry, child.index, self.config),
@@ -284,7 +274,7 @@ class Supervisor:
             return
         retired = _retired(self.layout.ram_done)
         done = [
-            claim[1]
+            claim.shard
             for event in self._finished.read_now()
             if not event.overflow and (claim := parse_claim_name(event.name)) is not None
         ]
@@ -341,8 +331,8 @@ class Supervisor:
         count = self.config.epochs.count
         while (count is None or self.next_epoch < count) and self._epoch_complete(self.next_epoch):
             epoch = self.next_epoch
-            write_atomic(self.layout.complete_marker(epoch), b"{}", fsync=True)
-            (self.layout.progress / f"e{epoch}.log").unlink(missing_ok=True)
+            mark_complete(self.layout, epoch)
+            self.layout.download_log(epoch).unlink(missing_ok=True)
             log.info("epoch %d: every shard published", epoch)
             self.next_epoch += 1
         self._forget_read_epochs()
@@ -359,7 +349,7 @@ class Supervisor:
                 claims = [parse_claim_name(n) for n in os.listdir(lay.ram_claimed)]
             except FileNotFoundError:
                 return  # the RAM disk was emptied: _check_disks fails the daemon
-            names += [claim[1] for claim in claims if claim is not None]
+            names += [claim.shard for claim in claims if claim is not None]
             if any(n.startswith(prefix) for n in names):
                 return
             self._note_deliveries()
@@ -411,8 +401,8 @@ class Supervisor:
             if dead[owner]:
                 log.warning("trainer %s died holding %s; returning it to ready/", owner, shard)
                 os.rename(lay.ram_claimed / name, lay.ram_ready / shard)
-        for lock in lay.ram_consumers.glob("*.lock"):
-            is_dead = dead[lock.stem] if lock.stem in dead else not holds_lock(lock)
+        for claimant, lock in lay.consumer_locks().items():
+            is_dead = dead[claimant] if claimant in dead else not holds_lock(lock)
             if is_dead:
                 lock.unlink(missing_ok=True)
 
@@ -602,7 +592,7 @@ def _retired(directory: Path) -> list[tuple[str, str]]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    return [(name, claim[1]) for name in names if (claim := parse_claim_name(name)) is not None]
+    return [(name, claim.shard) for name in names if (claim := parse_claim_name(name)) is not None]
 
 
 def _count(directory: Path) -> int:

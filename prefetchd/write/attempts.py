@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from prefetchd.layout import write_atomic
+from prefetchd.atomic import write_atomic
 
 MAX_ATTEMPTS = 3
 HANG_SECONDS = 25.0  # a read cut short after this long was a hang (HEARTBEAT_TIMEOUT is 30 s)

@@ -23,8 +23,9 @@ import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from prefetchd.atomic import create_exclusive
 from prefetchd.budget import RamBudget
-from prefetchd.layout import TMP_SUFFIX, Layout, create_exclusive
+from prefetchd.layout import Layout
 from prefetchd.tfrecord import FOOTER, frame_header, masked_crc
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class ShardFile:
         self.layout = layout
         self.name = name
         self.budget = budget
-        self.tmp = layout.ram_tmp / (name + TMP_SUFFIX)
+        self.tmp = layout.shard_part(name)
         self._fd = create_exclusive(self.tmp)
         self._closed = False
         self.size = 0

@@ -49,19 +49,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prefetchd.atomic import read_small
 from prefetchd.budget import Interrupted, RamBudget, ram_chunk
 from prefetchd.child.context import ChildContext
+from prefetchd.exactly_once.journal import Journal, JournalEntry
+from prefetchd.exactly_once.ledger import record_published
+from prefetchd.exactly_once.markers import first_epoch_without
 from prefetchd.inotify import IN_MOVED_TO, Event, Watch
 from prefetchd.layout import (
-    TMP_SUFFIX,
     epoch_prefix,
     parse_object_name,
     parse_shard_name,
-    read_small,
     shard_name,
+    unpart,
     writer_claim_prefix,
 )
-from prefetchd.ledger import record_published
 from prefetchd.logs import escape_key
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import QuarantineCounter, WriterCounters
@@ -78,7 +80,6 @@ from prefetchd.write.formats import (
 )
 from prefetchd.write.formats.plugin import PluginFormat, PluginHeartbeat
 from prefetchd.write.frames import BATCH_BYTES, EMPTY, Frames
-from prefetchd.write.journal import Journal, JournalEntry
 from prefetchd.write.quarantine import ParseTimeout, Reason, classify
 from prefetchd.write.shards import ShardFile
 from prefetchd.write.shuffle import Holding
@@ -198,10 +199,9 @@ class Writer:
         self.prefix = writer_claim_prefix(index)
         # Joined per object as text: a pathlib join and its str() cost more than the syscall.
         self._ready_dir = str(self.layout.cache_ready)
-        self._claimed_prefix = f"{self.layout.cache_claimed}/{self.prefix}"
-        self._meta_dir = str(self.layout.cache_meta)
-        self.journal = Journal(self.layout.journal / f"w{index}.log")
-        self.attempts = ParseAttempts(self.layout.journal / f"w{index}.parsing")
+        self._claimed_prefix = self.layout.writer_claims(index)
+        self.journal = Journal(self.layout.journal_file(index))
+        self.attempts = ParseAttempts(self.layout.parse_attempts_file(index))
         self.open: list[OpenObject] = []
         self.finished: list[OpenObject] = []  # drained, deleted once their shard is published
         self.shard: ShardFile | None = None
@@ -265,7 +265,7 @@ class Writer:
     def _recover(self) -> None:
         last = self.journal.last()
         if last is not None:
-            tmp = self.layout.ram_tmp / f"{last.shard}{TMP_SUFFIX}"
+            tmp = self.layout.shard_part(last.shard or "")
             if last.shard and tmp.exists():
                 os.rename(tmp, self.layout.ram_ready / last.shard)
                 log.info("rolled forward shard %s after a restart", last.shard)
@@ -274,7 +274,7 @@ class Writer:
             self.commit = CommitState(last.counter + 1, dict(last.positions))
             self.journal.rewrite(last)
         for entry in os.scandir(self.layout.ram_tmp):
-            parsed = parse_shard_name(entry.name.removesuffix(TMP_SUFFIX))
+            parsed = parse_shard_name(unpart(entry.name))
             if parsed is not None and parsed[1] == self.index:
                 os.unlink(entry.path)  # an unjournalled shard: its records are redone below
         claimed = sorted(
@@ -661,7 +661,7 @@ class Writer:
 
     def _open(self, name: str, *, resume_at: int) -> None:
         path = Path(self._claimed(name))
-        meta_path = f"{self._meta_dir}/{name}.json"
+        meta_path = self.layout.meta_file(name)
         parsed = parse_object_name(name)
         assert parsed is not None
         try:
@@ -812,7 +812,7 @@ class Writer:
         self.shard = None
 
     def _delete_raw(self, name: str) -> None:
-        for path in (f"{self._meta_dir}/{name}.json", self._claimed(name)):
+        for path in (self.layout.meta_file(name), self._claimed(name)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -834,8 +834,7 @@ class Writer:
 
     def _oldest_incomplete(self) -> int:
         """The lowest epoch without its ``complete`` marker (markers only ever appear)."""
-        while self.layout.complete_marker(self.oldest_epoch).exists():
-            self.oldest_epoch += 1
+        self.oldest_epoch = first_epoch_without(self.layout.complete_marker, self.oldest_epoch)
         return self.oldest_epoch
 
     def _waiting_for_ram(self) -> bool:

@@ -15,9 +15,10 @@ from collections.abc import Callable
 import pytest
 
 from prefetchd import ready_files
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.errors import DaemonFailed
-from prefetchd.layout import Layout, shard_name, write_atomic
+from prefetchd.layout import Layout, shard_name
 from prefetchd.tfrecord import frame
 
 

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from prefetchd import ready_files
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
-from prefetchd.layout import Layout, shard_name, write_atomic
+from prefetchd.layout import Layout, shard_name
 from prefetchd.tfrecord import frame
 
 

@@ -18,9 +18,10 @@ from dataclasses import replace
 import pytest
 
 import prefetchd
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.records import CorruptShard
-from prefetchd.layout import Layout, shard_name, write_atomic
+from prefetchd.layout import Layout, shard_name
 from prefetchd.tfrecord import frame
 
 

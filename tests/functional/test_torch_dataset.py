@@ -15,8 +15,9 @@ from collections import Counter
 
 import pytest
 
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
-from prefetchd.layout import Layout, shard_name, write_atomic
+from prefetchd.layout import Layout, shard_name
 from prefetchd.tfrecord import frame
 
 torch = pytest.importorskip("torch")

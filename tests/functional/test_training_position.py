@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.position import TrainingPosition, count_records
-from prefetchd.layout import Layout, shard_name, write_atomic
+from prefetchd.layout import Layout, shard_name
 from prefetchd.tfrecord import frame, read_records
 
 

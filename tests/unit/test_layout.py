@@ -1,4 +1,5 @@
-"""Local names never come from object keys; directories are private; writes are atomic."""
+"""Local names never come from object keys; layout makes every name, parses it into a named
+result, and recognises as its own exactly the names it makes."""
 
 from __future__ import annotations
 
@@ -9,24 +10,24 @@ from pathlib import Path
 import pytest
 
 from prefetchd.config import config_from_dict
-from prefetchd.errors import RuntimeFailure
 from prefetchd.layout import (
     Layout,
+    LedgerName,
+    ShardClaim,
+    ShardName,
     claim_name,
     claimed_object,
-    dir_bytes,
-    dir_problem,
+    claimed_shard,
     epoch_prefix,
+    file_epoch,
+    is_own_file,
     key_hash,
-    make_private_dir,
+    object_digest,
     object_name,
-    open_append,
     parse_claim_name,
     parse_object_name,
     parse_shard_name,
     shard_name,
-    write_atomic,
-    write_new,
     writer_claim_name,
 )
 
@@ -210,110 +211,7 @@ def test_claimed_object_rejects_names_that_are_not_writer_claims(name: str) -> N
     assert claimed_object(name) is None
 
 
-# --- private directories ----------------------------------------------------------------------
-
-
-def test_make_private_dir_creates_0700_with_parents(tmp_path: Path) -> None:
-    path = tmp_path / "a" / "b" / "c"
-    make_private_dir(path)
-    assert path.is_dir()
-    assert mode_of(path) == 0o700
-    assert mode_of(path.parent) == 0o700
-
-
-def test_make_private_dir_ignores_a_permissive_umask(tmp_path: Path) -> None:
-    old = os.umask(0)
-    try:
-        make_private_dir(tmp_path / "d")
-    finally:
-        os.umask(old)
-    assert mode_of(tmp_path / "d") == 0o700
-
-
-def test_make_private_dir_tightens_our_own_0750_dir(tmp_path: Path) -> None:
-    path = tmp_path / "d"
-    path.mkdir()
-    path.chmod(0o750)
-    (path / "kept").write_bytes(b"data")
-    make_private_dir(path, tighten=True)
-    assert mode_of(path) == 0o700
-    assert (path / "kept").read_bytes() == b"data"
-
-
-def test_make_private_dir_never_changes_the_mode_of_a_dir_it_did_not_make(tmp_path: Path) -> None:
-    """DESIGN.md invariant 7: an existing directory someone else made keeps its mode."""
-    path = tmp_path / "d"
-    path.mkdir()
-    path.chmod(0o750)
-    assert make_private_dir(path) is False
-    assert mode_of(path) == 0o750
-
-
-def test_make_private_dir_accepts_an_existing_private_dir(tmp_path: Path) -> None:
-    path = tmp_path / "d"
-    path.mkdir(mode=0o700)
-    make_private_dir(path)
-    make_private_dir(path)
-    assert mode_of(path) == 0o700
-
-
-def test_make_private_dir_refuses_a_symlink(tmp_path: Path) -> None:
-    target = tmp_path / "target"
-    target.mkdir(mode=0o700)
-    link = tmp_path / "link"
-    link.symlink_to(target)
-    with pytest.raises(RuntimeFailure) as info:
-        make_private_dir(link)
-    assert str(link) in str(info.value)
-    assert "symlink" in str(info.value)
-
-
-def test_make_private_dir_refuses_a_dangling_symlink(tmp_path: Path) -> None:
-    link = tmp_path / "link"
-    link.symlink_to(tmp_path / "nowhere")
-    with pytest.raises(RuntimeFailure, match="symlink"):
-        make_private_dir(link)
-    assert not (tmp_path / "nowhere").exists()
-
-
-@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770, 0o702])
-def test_make_private_dir_refuses_a_dir_others_can_write(tmp_path: Path, mode: int) -> None:
-    path = tmp_path / "shared"
-    path.mkdir()
-    path.chmod(mode)
-    with pytest.raises(RuntimeFailure) as info:
-        make_private_dir(path)
-    assert str(path) in str(info.value)
-    assert "writable" in str(info.value)
-    assert mode_of(path) == mode, "an unsafe dir is reported, not silently changed"
-
-
-def test_make_private_dir_refuses_a_regular_file(tmp_path: Path) -> None:
-    path = tmp_path / "file"
-    path.write_bytes(b"")
-    with pytest.raises(RuntimeFailure) as info:
-        make_private_dir(path)
-    assert str(path) in str(info.value)
-
-
-def test_make_private_dir_under_a_regular_file_is_a_clear_failure(tmp_path: Path) -> None:
-    # regression: a parent that is a file escaped as a raw NotADirectoryError traceback
-    (tmp_path / "file").write_bytes(b"")
-    path = tmp_path / "file" / "sub"
-    with pytest.raises(RuntimeFailure) as info:
-        make_private_dir(path)
-    assert str(path) in str(info.value)
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a directory to another user")
-def test_make_private_dir_refuses_another_users_dir(tmp_path: Path) -> None:
-    path = tmp_path / "theirs"
-    path.mkdir(mode=0o700)
-    os.chown(path, 65534, 65534)
-    with pytest.raises(RuntimeFailure) as info:
-        make_private_dir(path)
-    assert str(path) in str(info.value)
-    assert "another user" in str(info.value)
+# --- the tree -------------------------------------------------------------------------------
 
 
 def test_layout_create_makes_every_directory_private(tmp_path: Path) -> None:
@@ -334,177 +232,70 @@ def test_layout_create_makes_every_directory_private(tmp_path: Path) -> None:
         assert path.resolve().is_relative_to(tmp_path.resolve())
 
 
-# --- atomic writes ----------------------------------------------------------------------------
+@pytest.fixture
+def tree(tmp_path: Path) -> Layout:
+    layout = Layout(tmp_path / "cache", tmp_path / "ram", tmp_path / "state")
+    layout.create()
+    return layout
 
 
-def test_write_atomic_writes_a_private_file_and_leaves_no_temp(tmp_path: Path) -> None:
-    path = tmp_path / "status.json"
-    write_atomic(path, b'{"state": "running"}')
-    assert path.read_bytes() == b'{"state": "running"}'
-    assert mode_of(path) == 0o600
-    assert os.listdir(tmp_path) == ["status.json"]
+def test_parsed_names_are_named_results() -> None:
+    obj = parse_object_name(object_name(3, 41, "ab" * 12))
+    assert obj is not None and (obj.epoch, obj.seq, obj.digest) == (3, 41, "ab" * 12)
+    assert object_digest(object_name(3, 41, "ab" * 12)) == "ab" * 12
+    assert parse_shard_name(shard_name(2, 1, 7)) == ShardName(epoch=2, writer=1, counter=7)
+    claim = claim_name("42xab", shard_name(0, 0, 1))
+    assert parse_claim_name(claim) == ShardClaim(claimant="42xab", shard=shard_name(0, 0, 1))
+    assert claimed_shard(claim) == shard_name(0, 0, 1)
 
 
-def test_write_atomic_replaces_an_existing_file(tmp_path: Path) -> None:
-    path = tmp_path / "status.json"
-    write_atomic(path, b"old")
-    write_atomic(path, b"new", fsync=True)
-    assert path.read_bytes() == b"new"
-    assert mode_of(path) == 0o600
-    assert os.listdir(tmp_path) == ["status.json"]
+def test_every_per_epoch_file_layout_names_is_its_own_and_knows_its_epoch(tree: Layout) -> None:
+    """The start-up sweep and ``reset_epochs`` delete by ``is_own_file`` and ``file_epoch``:
+    every name layout makes must pass both, with the epoch it was made for."""
+    obj = object_name(12, 3, "cd" * 12)
+    shard = shard_name(12, 1, 4)
+    made = [
+        tree.download_part(obj),
+        Path(tree.meta_file(obj)),
+        tree.cache_ready / obj,
+        Path(tree.writer_claims(1) + obj),
+        tree.shard_part(shard),
+        tree.ram_ready / shard,
+        tree.ram_claimed / claim_name("9x1", shard),
+        tree.ram_done / claim_name("9x1", shard),
+        tree.download_log(12),
+        tree.downloaded_marker(12),
+        tree.complete_marker(12),
+        tree.published_ledger(12, 1),
+        tree.delivered_ledger(12),
+    ]
+    for path in made:
+        assert is_own_file(path.parent.name, path.name), path
+        assert file_epoch(path.name) == 12, path
+    for path in (tree.journal_file(1), tree.parse_attempts_file(1), tree.child_report("w1")):
+        assert path.parent in (tree.journal, tree.children), path
+    assert is_own_file("journal", tree.journal_file(1).name)
 
 
-def test_write_atomic_file_is_private_even_with_a_permissive_umask(tmp_path: Path) -> None:
-    old = os.umask(0)
-    try:
-        write_atomic(tmp_path / "f", b"x")
-    finally:
-        os.umask(old)
-    assert mode_of(tmp_path / "f") == 0o600
-
-
-def test_failed_write_atomic_keeps_the_old_file_and_removes_its_temp(tmp_path: Path) -> None:
-    path = tmp_path / "status.json"
-    write_atomic(path, b"old")
-    with pytest.raises(TypeError):
-        write_atomic(path, "not bytes")  # type: ignore[arg-type]
-    assert path.read_bytes() == b"old"
-    assert os.listdir(tmp_path) == ["status.json"]
-
-
-# --- byte accounting --------------------------------------------------------------------------
-
-
-def test_dir_bytes_sums_file_sizes_over_several_dirs(tmp_path: Path) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    (a / "one").write_bytes(b"x" * 1000)
-    (a / "two").write_bytes(b"")
-    (b / "three").write_bytes(b"y" * 24)
-    assert dir_bytes(a) == 1000
-    assert dir_bytes(a, b) == 1024
-    assert dir_bytes(a, tmp_path / "missing", b) == 1024
-    assert dir_bytes() == 0
-
-
-def test_dir_bytes_counts_only_regular_files(tmp_path: Path) -> None:
-    # regression: subdirectories and symlinks were counted, unlike the docstring says
-    (tmp_path / "shard").write_bytes(b"z" * 100)
-    (tmp_path / "subdir").mkdir()
-    (tmp_path / "subdir" / "nested").write_bytes(b"n" * 5000)
-    (tmp_path / "link").symlink_to(tmp_path / "shard")
-    assert dir_bytes(tmp_path) == 100
-
-
-def test_dir_bytes_of_a_missing_dir_is_zero(tmp_path: Path) -> None:
-    assert dir_bytes(tmp_path / "missing") == 0
-
-
-def shared_dir(tmp_path: Path, mode: int = 0o1777) -> Path:
-    """A directory anyone may create names in, like /dev/shm or /tmp."""
-    shared = tmp_path / "shm"
-    shared.mkdir()
-    shared.chmod(mode)
-    return shared
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to plant a name as another user")
-def test_make_private_dir_refuses_a_symlink_another_user_planted_above_it(tmp_path: Path) -> None:
-    """ram_dir /dev/shm/prefetchd/train, and someone else made /dev/shm/prefetchd a symlink to
-    a directory of theirs: nothing may be created through it."""
-    victim = tmp_path / "victim"
-    victim.mkdir()
-    link = shared_dir(tmp_path) / "prefetchd"
-    link.symlink_to(victim)
-    os.lchown(link, 65534, 65534)
-    with pytest.raises(RuntimeFailure) as info:
-        make_private_dir(link / "train")
-    assert "symlink" in str(info.value) and "another user" in str(info.value)
-    assert list(victim.iterdir()) == []
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to plant a name as another user")
-def test_make_private_dir_refuses_a_directory_another_user_planted_above_it(
-    tmp_path: Path,
-) -> None:
-    planted = shared_dir(tmp_path) / "prefetchd"
-    planted.mkdir(mode=0o755)
-    os.chown(planted, 65534, 65534)
-    with pytest.raises(RuntimeFailure, match="belongs to another user"):
-        make_private_dir(planted / "train")
-    assert list(planted.iterdir()) == []
-
-
-def test_make_private_dir_under_a_shared_dir_without_sticky_bit_is_refused(
-    tmp_path: Path,
-) -> None:
-    shared = shared_dir(tmp_path, 0o777)
-    with pytest.raises(RuntimeFailure, match="not sticky"):
-        make_private_dir(shared / "prefetchd" / "train")
-
-
-def test_make_private_dir_in_a_sticky_shared_dir_creates_private_ancestors(
-    tmp_path: Path,
-) -> None:
-    path = shared_dir(tmp_path) / "prefetchd" / "train"
-    make_private_dir(path)
-    assert mode_of(path) == mode_of(path.parent) == 0o700
-    make_private_dir(path)  # and accepts it the next time
-
-
-def test_make_private_dir_follows_our_own_symlink_above_it(tmp_path: Path) -> None:
-    """Like /var/run -> /run: a link only we or root could have made is fine."""
-    real = tmp_path / "real"
-    real.mkdir(mode=0o700)
-    (tmp_path / "alias").symlink_to(real)
-    make_private_dir(tmp_path / "alias" / "state")
-    assert mode_of(real / "state") == 0o700
-
-
-def test_open_append_creates_a_private_log_and_appends(tmp_path: Path) -> None:
-    path = tmp_path / "e0.log"
-    for line in (b"P a\n", b"P b\n"):
-        fd = open_append(path)
-        os.write(fd, line)
-        os.close(fd)
-    assert path.read_bytes() == b"P a\nP b\n"
-    assert mode_of(path) == 0o600
-
-
-def test_open_append_never_writes_through_a_symlink(tmp_path: Path) -> None:
-    victim = tmp_path / "victim"
-    victim.write_bytes(b"keep")
-    (tmp_path / "e0.log").symlink_to(victim)
-    with pytest.raises(OSError):
-        open_append(tmp_path / "e0.log")
-    assert victim.read_bytes() == b"keep"
-
-
-def test_dir_problem_reports_without_changing_anything(tmp_path: Path) -> None:
-    missing = tmp_path / "new" / "dir"
-    assert dir_problem(missing) is None
-    assert not (tmp_path / "new").exists()
-    loose = tmp_path / "loose"
-    loose.mkdir(mode=0o777)
-    loose.chmod(0o777)
-    assert "writable by other users" in str(dir_problem(loose))
-    assert mode_of(loose) == 0o777
-    link = tmp_path / "link"
-    link.symlink_to(tmp_path / "nowhere")
-    assert "symlink" in str(dir_problem(link))
-
-
-def test_write_new_creates_a_private_file_and_never_overwrites(tmp_path: Path) -> None:
-    """A first meta is written without a temp name; one that exists (a reader may hold it)
-    is left to write_atomic, and a symlink is never followed."""
-    path = tmp_path / "m.json"
-    assert write_new(path, b'{"a": 1}')
-    assert path.read_bytes() == b'{"a": 1}'
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert not write_new(path, b"{}")
-    assert path.read_bytes() == b'{"a": 1}'
-    target = tmp_path / "elsewhere"
-    (tmp_path / "link.json").symlink_to(target)
-    assert not write_new(tmp_path / "link.json", b"{}")
-    assert not target.exists()
+def test_listings_find_only_the_names_layout_makes(tree: Layout) -> None:
+    for path in (
+        tree.published_ledger(0, 1),
+        tree.delivered_ledger(0),
+        tree.shards / "e0.notes",
+        tree.journal_file(0),
+        tree.journal_file(11),
+        tree.parse_attempts_file(0),
+        tree.download_log(2),
+        tree.download_log(10),
+        tree.download_logs / "x.log",
+        tree.consumer_lock("42xab"),
+        tree.consumer_lock_temp("43xcd"),
+        tree.child_report("downloader"),
+        tree.children / ".downloader.json.12.tmp",
+    ):
+        path.write_bytes(b"")
+    assert [name for _, name in tree.ledger_files()] == [LedgerName(0, None), LedgerName(0, 1)]
+    assert tree.journal_files() == {0: tree.journal_file(0), 11: tree.journal_file(11)}
+    assert tree.download_log_epochs() == [2, 10]
+    assert tree.consumer_locks() == {"42xab": tree.consumer_lock("42xab")}
+    assert tree.child_reports() == {"downloader": tree.child_report("downloader")}

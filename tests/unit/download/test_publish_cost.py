@@ -26,7 +26,7 @@ from prefetchd.download.downloader import Downloader, EpochProgress
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
 from prefetchd.inotify import IN_MOVED_TO, Watch
-from prefetchd.layout import TMP_SUFFIX, Layout, key_hash, object_name
+from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.write import writer as writer_module
 from prefetchd.write.writer import Writer
 from tests.unit.configs import unit_config
@@ -119,7 +119,7 @@ def fetched_jobs(config: Config, layout: Layout, downloader: Downloader) -> Iter
     for seq in range(OBJECTS):
         obj = SourceObject(f"prefix/sample-{seq:04d}.bin", SIZE, "0" * 32)
         name = object_name(0, seq, key_hash(config.source.bucket, obj.key))
-        job = Job(0, seq, obj, name, layout.cache_tmp / (name + TMP_SUFFIX))
+        job = Job(0, seq, obj, name, layout.download_part(name))
         job.tmp.write_bytes(bytes([seq]) * SIZE)
         downloader.window.reserve(name, SIZE)
         downloader.active[name] = job

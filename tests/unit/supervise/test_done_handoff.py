@@ -11,10 +11,10 @@ from pathlib import Path
 
 from prefetchd.config import Config
 from prefetchd.consume.claims import retire
-from prefetchd.consume.releaser import ShardReleaser
+from prefetchd.consume.ready import ShardReleaser
+from prefetchd.exactly_once.ledger import read_ledger
 from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claim_name, shard_name
-from prefetchd.ledger import read_ledger
 from prefetchd.supervise.supervisor import Supervisor
 
 

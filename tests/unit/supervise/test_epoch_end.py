@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.ready import _watch_epoch_ends
 from prefetchd.inotify import IN_MOVED_TO, Watch
-from prefetchd.layout import Layout, object_name, write_atomic, writer_claim_name
+from prefetchd.layout import Layout, object_name, writer_claim_name
 from prefetchd.supervise.supervisor import Supervisor
 
 

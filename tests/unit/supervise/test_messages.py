@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
+from prefetchd.atomic import write_atomic
 from prefetchd.child.context import ChildContext
 from prefetchd.commands.cli import main
 from prefetchd.config import Config
 from prefetchd.consume.health import DaemonHealth
 from prefetchd.consume.waits import ConsumerStats
 from prefetchd.errors import DaemonFailed
-from prefetchd.layout import Layout, write_atomic
+from prefetchd.exactly_once.journal import COMPACT_EVERY, Journal, JournalEntry, JournalError
+from prefetchd.layout import Layout
 from prefetchd.messages.activity import Activity, activity_text, parse_activity
 from prefetchd.messages.child_report import ChildReport
 from prefetchd.messages.consumer_report import RECORD_SIZE, ConsumerReport
@@ -27,7 +29,6 @@ from prefetchd.messages.counters import DownloaderCounters, WriterCounters
 from prefetchd.messages.status_record import StatusRecord
 from prefetchd.supervise.status import Totals, read_children, read_consumers, read_status
 from prefetchd.supervise.supervisor import Supervisor
-from prefetchd.write.journal import COMPACT_EVERY, Journal, JournalEntry, JournalError
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORDED = ROOT / "tests" / "data" / "status"

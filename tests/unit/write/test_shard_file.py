@@ -1,4 +1,4 @@
-"""A shard file's reservations and writes: the RAM budget's ledger is the files' sizes, a
+"""A shard file's reservations and writes: the RAM budget's account is the files' sizes, a
 reservation allocates nothing, and a RAM disk that is itself full is waited out at the write
 without losing or repeating a byte."""
 
@@ -33,7 +33,7 @@ def frames(count: int, size: int) -> list[bytes]:
 
 
 def test_a_reservation_is_the_files_size_and_allocates_no_pages(layout: Layout) -> None:
-    """The ledger every writer adds up is the files' sizes; reserving a chunk grows the size
+    """The account every writer adds up is the files' sizes; reserving a chunk grows the size
     at once but allocates nothing (allocating it cost ~18 % of a writer's CPU on tmpfs)."""
     budget = RamBudget(layout, 64 * MiB, 4 * MiB, lambda: False)
     shard = ShardFile(layout, NAME, budget)

@@ -16,7 +16,7 @@ Losses it looks for:
   was being downloaded.
 
 Whole objects that vanished before any writer read them are fetched again by the downloader
-(``download/downloader.py``). For the rest: let k be the first epoch with a loss. If no shard
+(its start-up sweep, ``download/``). For the rest: let k be the first epoch with a loss. If no shard
 of epoch k or later was finished by a trainer yet, epochs k and later are started again from
 the source (their files and state are swept; the epoch order is seeded, so the same records
 come again): exactly once. Otherwise the records cannot be re-created exactly once (the ones
@@ -32,20 +32,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from prefetchd.atomic import write_atomic
+from prefetchd.exactly_once.journal import Head, JournalEntry, read_heads
+from prefetchd.exactly_once.ledger import (
+    Assessment,
+    Commit,
+    assess,
+    published_shards,
+    read_ledger,
+    record_delivered,
+)
 from prefetchd.layout import (
-    TMP_SUFFIX,
     Layout,
     epoch_prefix,
     file_epoch,
     is_own_file,
     parse_claim_name,
     parse_shard_name,
-    write_atomic,
+    unpart,
     writer_claim_name,
 )
-from prefetchd.ledger import Assessment, assess, published_shards, read_ledger, record_delivered
 from prefetchd.owner import Ownership, boot_id
-from prefetchd.write.journal import Journal, JournalEntry
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +88,10 @@ def recover(layout: Layout, ownership: Ownership) -> str | None:
     Raises ``JournalError`` for a journal this version cannot read."""
     disks = read_disks(layout)
     ram_ok, cache_ok = _intact(disks, ownership, RAM), _intact(disks, ownership, CACHE)
-    journals = _journals(layout)
+    journals = read_heads(layout)
     candidates, delivered = read_ledger(layout)
-    heads = {i: (e.counter, e.shard) for i, (_, e) in journals.items()}
-    published = published_shards(candidates, heads)
+    commits = {i: Commit(head.last.counter, head.last.shard) for i, head in journals.items()}
+    published = published_shards(candidates, commits)
     found = assess(published, delivered, _shards_present(layout), intact=ram_ok)
     if ram_ok:  # shards finished while the daemon was down: remember them for a later reboot
         record_delivered(layout, sorted(found.delivered - delivered))
@@ -123,17 +130,6 @@ def _cause(disks: Disks | None) -> str:
     return " (the files were deleted while the daemon was not running, or just before)"
 
 
-def _journals(layout: Layout) -> dict[int, tuple[Journal, JournalEntry]]:
-    heads = {}
-    for path in sorted(layout.journal.glob("w*.log")):
-        index = path.stem[1:]
-        journal = Journal(path)
-        last = journal.last() if index.isdigit() else None
-        if last is not None:
-            heads[int(index)] = (journal, last)
-    return heads
-
-
 def _shards_present(layout: Layout) -> set[str]:
     """Shards on the RAM disk: in progress, ready or claimed (not those in ``done/``: their
     trainers finished them, and the supervisor notes them delivered and deletes them)."""
@@ -141,26 +137,26 @@ def _shards_present(layout: Layout) -> set[str]:
     for directory in (layout.ram_tmp, layout.ram_ready, layout.ram_claimed):
         for name in _names(directory):
             claim = parse_claim_name(name)
-            present.add(claim[1] if claim else name.removesuffix(TMP_SUFFIX))
+            present.add(claim.shard if claim else unpart(name))
     return present
 
 
 def _losses(
     layout: Layout,
     found: Assessment,
-    journals: dict[int, tuple[Journal, JournalEntry]],
+    journals: dict[int, Head],
     cache_ok: bool,
 ) -> dict[int, str]:
     """Epoch -> what of it was lost (the first loss of each epoch)."""
     losses: dict[int, str] = {}
     for shard, _ in sorted(found.lost.items()):
         parsed = parse_shard_name(shard)
-        if parsed is not None and parsed[0] not in losses:
-            shards = [s for s in found.lost if s.startswith(epoch_prefix(parsed[0]))]
+        if parsed is not None and parsed.epoch not in losses:
+            shards = [s for s in found.lost if s.startswith(epoch_prefix(parsed.epoch))]
             records = sum(found.lost[s] for s in shards)
-            losses[parsed[0]] = (
+            losses[parsed.epoch] = (
                 f"output.ram_dir {layout.ram}: {len(shards)} published shards of epoch "
-                f"{parsed[0]} ({records} records) that no trainer had read are gone"
+                f"{parsed.epoch} ({records} records) that no trainer had read are gone"
             )
     for epoch, name in _objects_lost(layout, journals, cache_ok):
         losses.setdefault(
@@ -172,13 +168,12 @@ def _losses(
 
 
 def _objects_lost(
-    layout: Layout, journals: dict[int, tuple[Journal, JournalEntry]], cache_ok: bool
+    layout: Layout, journals: dict[int, Head], cache_ok: bool
 ) -> Iterable[tuple[int, str]]:
     if not cache_ok:  # emptied: every object of the epochs being downloaded may be gone
-        for log_file in sorted(layout.progress.glob("e*.log")):
-            epoch = file_epoch(log_file.name)
-            if epoch is not None and log_file.stat().st_size:
-                yield epoch, "(all of them: the directory was emptied)"
+        for logged in layout.download_log_epochs():
+            if layout.download_log(logged).stat().st_size:
+                yield logged, "(all of them: the directory was emptied)"
     claimed = set(_names(layout.cache_claimed))
     for index, (_, head) in journals.items():
         for name in head.positions:
@@ -188,18 +183,16 @@ def _objects_lost(
                 yield epoch, name
 
 
-def reset_epochs(
-    layout: Layout, first: int, journals: dict[int, tuple[Journal, JournalEntry]]
-) -> None:
-    """Forget epochs ``first`` and later: their files, progress, ledgers and markers, and their
-    objects in the writers' journals, so they are downloaded and written again."""
+def reset_epochs(layout: Layout, first: int, journals: dict[int, Head]) -> None:
+    """Forget epochs ``first`` and later: their files, download logs, ledgers and markers, and
+    their objects in the writers' journals, so they are downloaded and written again."""
     for directory in (
         layout.cache_tmp,
         layout.cache_meta,
         layout.cache_ready,
         layout.cache_claimed,
         *layout.ram_shard_dirs,
-        layout.progress,
+        layout.download_logs,
         layout.epochs,
         layout.shards,
     ):

@@ -1,5 +1,7 @@
 """The shard ledger: which shards were published, and which of them trainers finished.
 
+"Ledger" in prefetchd means this and nothing else.
+
 It lives in ``state_dir`` (on disk, surviving a reboot that empties the RAM disk)::
 
     shards/e<k>.w<i>.log     "<shard> <records>" per shard writer i published in epoch k,
@@ -11,7 +13,7 @@ It lives in ``state_dir`` (on disk, surviving a reboot that empties the RAM disk
 A ledger line is written before the journal commit of its shard, so a line may name a shard
 whose commit never happened (a crash in between); the writer's journal decides: shard ``c`` of
 writer ``i`` is published iff ``c`` < the journal's last counter, or it is the journal's last
-shard (``published_shards``).
+shard (``published_shards``, given each writer's last ``Commit``).
 
 After a restart the supervisor compares the ledger with the files (``assess``): while the RAM
 disk is intact (our marker and token survived), a published shard no longer on it was finished
@@ -25,15 +27,17 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from prefetchd.layout import Layout, open_append, parse_shard_name
+from prefetchd.atomic import open_append
+from prefetchd.layout import Layout, parse_shard_name
 
 
 def record_published(layout: Layout, writer: int, shard: str, records: int) -> None:
     """Append ``shard`` to writer ``writer``'s ledger of its epoch; durable when this returns."""
     parsed = parse_shard_name(shard)
     assert parsed is not None, shard
-    _append(layout.published_ledger(parsed[0], writer), f"{shard} {records}\n")
+    _append(layout.published_ledger(parsed.epoch, writer), f"{shard} {records}\n")
 
 
 def record_delivered(layout: Layout, shards: Iterable[str]) -> None:
@@ -42,7 +46,7 @@ def record_delivered(layout: Layout, shards: Iterable[str]) -> None:
     for shard in shards:
         parsed = parse_shard_name(shard)
         if parsed is not None:
-            by_epoch.setdefault(parsed[0], []).append(shard)
+            by_epoch.setdefault(parsed.epoch, []).append(shard)
     for epoch, names in by_epoch.items():
         _append(layout.delivered_ledger(epoch), "".join(f"{n}\n" for n in names))
 
@@ -50,8 +54,9 @@ def record_delivered(layout: Layout, shards: Iterable[str]) -> None:
 def forget_epoch(layout: Layout, epoch: int) -> None:
     """Drop epoch ``epoch``'s ledger: every shard of it was read, so none can be lost any more
     (an endless job would otherwise keep one more ledger per epoch)."""
-    for path in layout.shards.glob(f"e{epoch}.*"):
-        path.unlink(missing_ok=True)
+    for path, name in layout.ledger_files():
+        if name.epoch == epoch:
+            path.unlink(missing_ok=True)
 
 
 def _append(path: Path, text: str) -> None:
@@ -67,16 +72,12 @@ def read_ledger(layout: Layout) -> tuple[dict[str, int], set[str]]:
     """``(published candidates: shard -> records, delivered shards)``, every epoch."""
     published: dict[str, int] = {}
     delivered: set[str] = set()
-    try:
-        names = sorted(os.listdir(layout.shards))
-    except FileNotFoundError:
-        return published, delivered
-    for name in names:
-        for line in _lines(layout.shards / name):
+    for path, name in layout.ledger_files():
+        for line in _lines(path):
             fields = line.split()
-            if name.endswith(".delivered") and len(fields) == 1:
+            if name.writer is None and len(fields) == 1:
                 delivered.add(fields[0])
-            elif name.endswith(".log") and len(fields) == 2 and fields[1].isdigit():
+            elif name.writer is not None and len(fields) == 2 and fields[1].isdigit():
                 published[fields[0]] = int(fields[1])  # the last line of a redone shard wins
     return published, delivered
 
@@ -89,19 +90,23 @@ def _lines(path: Path) -> list[str]:
         return []
 
 
-def published_shards(
-    candidates: Mapping[str, int], heads: Mapping[int, tuple[int, str | None]]
-) -> dict[str, int]:
-    """The candidates whose commit happened, given each writer's last journal entry
-    ``heads[writer] = (counter, shard)`` (see the module)."""
+class Commit(NamedTuple):
+    """What the ledger rule needs of a writer's last journal entry."""
+
+    counter: int
+    shard: str | None
+
+
+def published_shards(candidates: Mapping[str, int], heads: Mapping[int, Commit]) -> dict[str, int]:
+    """The candidates whose commit happened, given each writer's last commit (see the
+    module)."""
     kept = {}
     for shard, records in candidates.items():
         parsed = parse_shard_name(shard)
-        head = heads.get(parsed[1]) if parsed else None
+        head = heads.get(parsed.writer) if parsed else None
         if parsed is None or head is None:
             continue
-        counter, last = head
-        if parsed[2] < counter or shard == last:
+        if parsed.counter < head.counter or shard == head.shard:
             kept[shard] = records
     return kept
 
@@ -116,12 +121,12 @@ class Assessment:
 
     @property
     def first_lost_epoch(self) -> int | None:
-        epochs = [p[0] for p in map(parse_shard_name, self.lost) if p is not None]
+        epochs = [p.epoch for p in map(parse_shard_name, self.lost) if p is not None]
         return min(epochs) if epochs else None
 
     def delivered_from(self, epoch: int) -> int:
         """How many delivered shards belong to ``epoch`` or later."""
-        return sum(1 for p in map(parse_shard_name, self.delivered) if p and p[0] >= epoch)
+        return sum(1 for p in map(parse_shard_name, self.delivered) if p and p.epoch >= epoch)
 
     def lost_records(self) -> int:
         return sum(self.lost.values())

@@ -1,6 +1,6 @@
 """A restarted daemon that finds published shards gone: the ledger tells what trainers had read;
 it starts the affected epochs again when nothing of them was read, and fails with the reason
-otherwise (``ledger.py``, ``supervise/recovery.py``)."""
+otherwise (``exactly_once/ledger.py``, ``exactly_once/recovery.py``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 
 from prefetchd.config import config_from_dict
 from prefetchd.consume.claims import retire
-from prefetchd.layout import Layout, claim_name, object_name, shard_name, writer_claim_name
-from prefetchd.ledger import (
+from prefetchd.exactly_once.journal import Journal, JournalEntry
+from prefetchd.exactly_once.ledger import (
+    Commit,
     assess,
     forget_epoch,
     published_shards,
@@ -22,9 +23,9 @@ from prefetchd.ledger import (
     record_delivered,
     record_published,
 )
+from prefetchd.exactly_once.recovery import recover, write_disks
+from prefetchd.layout import Layout, claim_name, object_name, shard_name, writer_claim_name
 from prefetchd.owner import Ownership, claim_dirs
-from prefetchd.supervise.recovery import recover, write_disks
-from prefetchd.write.journal import Journal, JournalEntry
 
 S0, S1, S2 = (shard_name(0, 0, c) for c in range(3))
 
@@ -32,9 +33,9 @@ S0, S1, S2 = (shard_name(0, 0, c) for c in range(3))
 def test_a_ledger_line_counts_only_once_its_journal_commit_happened() -> None:
     candidates = {S0: 5, S1: 6, S2: 7}
     # writer 0's last commit is shard 1: shard 2's line was written, its commit never was
-    assert published_shards(candidates, {0: (1, S1)}) == {S0: 5, S1: 6}
+    assert published_shards(candidates, {0: Commit(1, S1)}) == {S0: 5, S1: 6}
     # a commit that only released objects, at counter 2: shards 0 and 1 are published
-    assert published_shards(candidates, {0: (2, None)}) == {S0: 5, S1: 6}
+    assert published_shards(candidates, {0: Commit(2, None)}) == {S0: 5, S1: 6}
 
 
 def test_assess_trusts_the_files_while_the_ram_disk_is_intact() -> None:
@@ -93,7 +94,7 @@ def test_shards_lost_after_some_of_their_epoch_was_read_fail_with_the_reason(
     lay, owned = layout
     write_disks(lay, owned)
     first, second = publish(lay, 0, 0, 40), publish(lay, 0, 1, 60)
-    Journal(lay.journal / "w0.log").rewrite(JournalEntry(second, 1, {}, ()))
+    Journal(lay.journal_file(0)).rewrite(JournalEntry(second, 1, {}, ()))
     read_by_trainer(lay, first)
     record_delivered(lay, [first])
     lose_ram(lay)
@@ -110,7 +111,7 @@ def test_shards_lost_before_anything_of_their_epoch_was_read_start_the_epoch_aga
     lay, owned = layout
     write_disks(lay, owned)
     kept = publish(lay, 0, 0, 40)
-    Journal(lay.journal / "w0.log").rewrite(JournalEntry(kept, 0, {}, ()))
+    Journal(lay.journal_file(0)).rewrite(JournalEntry(kept, 0, {}, ()))
     read_by_trainer(lay, kept)
     record_delivered(lay, [kept])
     (lay.epochs / "0.complete").write_text("{}")
@@ -118,15 +119,15 @@ def test_shards_lost_before_anything_of_their_epoch_was_read_start_the_epoch_aga
     obj = object_name(1, 3, "a" * 24)
     (lay.cache_claimed / writer_claim_name(0, obj)).write_bytes(b"raw")
     (lay.cache_meta / f"{obj}.json").write_text("{}")
-    (lay.progress / "e1.log").write_text("P " + "a" * 24 + "\n")
-    Journal(lay.journal / "w0.log").rewrite(JournalEntry(later, 1, {obj: 4}, ()))
+    lay.download_log(1).write_text("P " + "a" * 24 + "\n")
+    Journal(lay.journal_file(0)).rewrite(JournalEntry(later, 1, {obj: 4}, ()))
     lose_ram(lay)
     assert recover(lay, owned) is None
     # epoch 1 is forgotten, to be downloaded and written again; epoch 0 stays done
     assert (lay.epochs / "0.complete").exists()
-    assert not (lay.progress / "e1.log").exists()
+    assert not lay.download_log(1).exists()
     assert os.listdir(lay.cache_claimed) == [] and os.listdir(lay.cache_meta) == []
-    head = Journal(lay.journal / "w0.log").last()
+    head = Journal(lay.journal_file(0)).last()
     assert head is not None and head.shard is None and head.positions == {}
     published, delivered = read_ledger(lay)
     assert published == {kept: 40} and delivered == {kept}
@@ -140,7 +141,7 @@ def test_a_partly_written_object_gone_from_the_cache_is_a_loss(
     shard = publish(lay, 0, 0, 10)
     read_by_trainer(lay, shard)
     obj = object_name(0, 1, "b" * 24)
-    Journal(lay.journal / "w0.log").rewrite(JournalEntry(shard, 0, {obj: 3}, ()))
+    Journal(lay.journal_file(0)).rewrite(JournalEntry(shard, 0, {obj: 3}, ()))
     reason = recover(lay, owned)  # the RAM disk is intact: the shard was read
     assert reason is not None and obj in reason and "download.cache_dir" in reason
     assert read_ledger(lay)[1] == {shard}  # what trainers finished is remembered
@@ -153,7 +154,7 @@ def test_a_shard_in_done_at_a_restart_was_read_and_is_remembered_as_such(
     lay, owned = layout
     write_disks(lay, owned)
     shard = publish(lay, 0, 0, 10)
-    Journal(lay.journal / "w0.log").rewrite(JournalEntry(shard, 0, {}, ()))
+    Journal(lay.journal_file(0)).rewrite(JournalEntry(shard, 0, {}, ()))
     read_by_trainer(lay, shard)
     assert (lay.ram_done / claim_name("7x1", shard)).exists()
     assert recover(lay, owned) is None
@@ -164,7 +165,7 @@ def test_an_intact_restart_finds_nothing_to_do(layout: tuple[Layout, Ownership])
     lay, owned = layout
     write_disks(lay, owned)
     shard = publish(lay, 0, 0, 10)
-    Journal(lay.journal / "w0.log").rewrite(JournalEntry(shard, 0, {}, ()))
+    Journal(lay.journal_file(0)).rewrite(JournalEntry(shard, 0, {}, ()))
     assert recover(lay, owned) is None
     assert (lay.ram_ready / shard).exists()
 

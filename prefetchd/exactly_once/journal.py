@@ -1,8 +1,15 @@
 """A writer's commit journal: ``state_dir/journal/w<i>.log``, one JSON line per shard commit.
 
-Writer ``i`` appends (and fsyncs) one line before it renames a shard into ``ready/``; after a
-crash it reads back the last line to roll that shard forward and resume its objects (the
-commit protocol is in ``writer.py``). Only writer ``i`` reads its journal. A line::
+Writer ``i`` appends (and fsyncs) one line before it renames a shard into ``ready/`` (the
+commit protocol: ``exactly_once/__init__.py``). Who reads it, and when:
+
+- writer ``i`` alone appends to ``w<i>.log`` (and compacts it) while the daemon runs, and
+  reads back its last entry when it starts, to roll that shard forward and resume its objects;
+- the supervisor reads every writer's last entry at start-up, before any writer runs
+  (``read_heads``, for ``recovery.py``), and may rewrite one to its last entry without the
+  epochs it starts again (``Journal.rewrite``).
+
+A line::
 
     {"version": 1, "shard": "e0-w1-3.tfrecord" | null, "counter": 3,
      "positions": {"<obj>": <records taken>, ...}, "finished": ["<obj>", ...]}
@@ -16,7 +23,8 @@ without ``version`` (version 0) has the same fields. Unknown fields are ignored 
 not a JSON object is a torn last write (its shard was never published) and is skipped. A line
 of a newer version, or one without a required field, raises ``JournalError``: resuming from a
 commit this version cannot read could publish records twice or lose them, so the writer stops
-with the reason instead (finish the job with the newer release, or start it afresh).
+with the reason and the file named instead (finish the job with the newer release, or start
+it afresh).
 """
 
 from __future__ import annotations
@@ -26,12 +34,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, NamedTuple, Self
 
+from prefetchd.atomic import open_append, write_all, write_atomic
 from prefetchd.errors import RuntimeFailure
-from prefetchd.layout import open_append, write_atomic
+from prefetchd.layout import Layout
 
-JOURNAL_VERSION = 1
 COMPACT_EVERY = 256  # appended lines before the journal is rewritten to its last entry
 
 
@@ -39,46 +47,52 @@ class JournalError(RuntimeFailure):
     """A journal line this version cannot resume from (names the file and the reason)."""
 
 
+class TornEntry(ValueError):
+    """A line a crash cut short: its shard was never published, so it is skipped."""
+
+
 @dataclass(frozen=True)
 class JournalEntry:
     """One shard commit (``shard`` is None for a commit that only releases objects)."""
+
+    VERSION: ClassVar[int] = 1
 
     shard: str | None
     counter: int
     positions: dict[str, int]
     finished: tuple[str, ...]
 
-    def encode(self) -> str:
+    def encode(self) -> bytes:
         """The one encoder: the line, newline included."""
         entry = {
-            "version": JOURNAL_VERSION,
+            "version": self.VERSION,
             "shard": self.shard,
             "counter": self.counter,
             "positions": self.positions,
             "finished": list(self.finished),
         }
-        return json.dumps(entry) + "\n"
+        return (json.dumps(entry) + "\n").encode()
 
     @classmethod
-    def decode(cls, line: str, where: Path) -> JournalEntry | None:
-        """The one decoder: None for a torn line; raises ``JournalError`` naming ``where``
-        for a line of a newer version or without a required field (see the module)."""
+    def decode(cls, data: bytes) -> Self:
+        """The one decoder. Raises ``TornEntry`` for a torn line, ``JournalError`` for a line
+        of a newer version or without a required field (see the module)."""
         try:
-            raw: Any = json.loads(line)
+            raw: Any = json.loads(data)
         except ValueError:
-            return None
+            raise TornEntry(data) from None
         if not isinstance(raw, dict):
-            return None
+            raise TornEntry(data)
         version = raw.get("version", 0)
-        if not isinstance(version, int) or version > JOURNAL_VERSION:
+        if not isinstance(version, int) or version > cls.VERSION:
             raise JournalError(
-                f"{where}: a commit of journal version {version!r}, newer than this "
-                f"prefetchd's {JOURNAL_VERSION}: finish the job with that release or start afresh"
+                f"a commit of journal version {version!r}, newer than this "
+                f"prefetchd's {cls.VERSION}: finish the job with that release or start afresh"
             )
-        return cls._from_fields(raw, where)
+        return cls._from_fields(raw)
 
     @classmethod
-    def _from_fields(cls, raw: Mapping[str, Any], where: Path) -> JournalEntry:
+    def _from_fields(cls, raw: Mapping[str, Any]) -> Self:
         shard, counter = raw.get("shard"), raw.get("counter")
         positions, finished = raw.get("positions"), raw.get("finished")
         if (
@@ -90,7 +104,7 @@ class JournalEntry:
             or not all(isinstance(n, str) for n in finished)
         ):
             raise JournalError(
-                f"{where}: a commit without a valid counter, positions or finished list; "
+                "a commit without a valid counter, positions or finished list; "
                 "cannot resume from it"
             )
         return cls(shard, counter, dict(positions), tuple(finished))
@@ -106,20 +120,24 @@ class Journal:
         self.lines = 0  # appended since start or the last compaction
 
     def last(self) -> JournalEntry | None:
-        """The last complete entry, or None if there is none (no file, nothing committed)."""
+        """The last complete entry, or None if there is none (no file, nothing committed).
+        Raises ``JournalError`` naming the file for an entry this version cannot resume from."""
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
             return None
         for line in reversed(lines):
-            entry = JournalEntry.decode(line, self.path)
-            if entry is not None:
-                return entry
+            try:
+                return JournalEntry.decode(line.encode())
+            except TornEntry:
+                continue
+            except JournalError as exc:
+                raise JournalError(f"{self.path}: {exc}") from None
         return None
 
     def rewrite(self, entry: JournalEntry) -> None:
         """Replace the journal by ``entry`` alone (atomically, fsynced)."""
-        write_atomic(self.path, entry.encode().encode(), fsync=True)
+        write_atomic(self.path, entry.encode(), fsync=True)
 
     def append(self, entry: JournalEntry) -> None:
         """Commit ``entry``: durable when this returns."""
@@ -128,7 +146,29 @@ class Journal:
             self.rewrite(entry)
             self.lines = 1
             return
-        with os.fdopen(open_append(self.path), "a", encoding="utf-8") as f:
-            f.write(entry.encode())
-            f.flush()
-            os.fsync(f.fileno())
+        fd = open_append(self.path)
+        try:
+            write_all(fd, entry.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class Head(NamedTuple):
+    """A writer's journal and its last entry, as recovery reads them."""
+
+    journal: Journal
+    last: JournalEntry
+
+
+def read_heads(layout: Layout) -> dict[int, Head]:
+    """Every writer's journal with its last entry, by writer index; writers that committed
+    nothing are left out. Only for the supervisor at start-up, before any writer runs.
+    Raises ``JournalError`` for a journal this version cannot read."""
+    heads = {}
+    for index, path in layout.journal_files().items():
+        journal = Journal(path)
+        last = journal.last()
+        if last is not None:
+            heads[index] = Head(journal, last)
+    return heads
