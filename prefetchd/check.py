@@ -97,11 +97,11 @@ def _check_format(config: Config) -> Finding:
 
 
 def _check_writer_core() -> Finding:
-    """Which core frames records: the C core, or its slower pure-Python twin (same bytes)."""
-    from prefetchd.write import core, pycore
+    """Which kernel frames records: the C kernel, or its slower pure-Python twin (same bytes)."""
+    from prefetchd.kernel import choice, twin
 
-    level = "ok" if core.IMPL is not pycore else "warn"
-    return Finding(level, f"writers frame records in {core.ACTIVE}")
+    level = "ok" if choice.KERNEL is not twin else "warn"
+    return Finding(level, f"writers frame records in {choice.ACTIVE}")
 
 
 def _check_manifest(client: S3Client, manifest: str) -> Finding:

@@ -36,8 +36,8 @@ from typing import Any
 
 from prefetchd.config import Config
 from prefetchd.consume.ready import ReadyFiles, parse_position, ready_files
+from prefetchd.kernel.framing import index_records, read_records
 from prefetchd.layout import parse_shard_name, write_atomic
-from prefetchd.tfrecord import index_records, read_records
 
 log = logging.getLogger(__name__)
 

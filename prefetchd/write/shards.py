@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prefetchd.budget import RamBudget
+from prefetchd.kernel.framing import FOOTER, frame_header, masked_crc
 from prefetchd.layout import TMP_SUFFIX, Layout, create_exclusive
-from prefetchd.tfrecord import FOOTER, frame_header, masked_crc
 
 log = logging.getLogger(__name__)
 

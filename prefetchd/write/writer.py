@@ -20,7 +20,7 @@ large record's batch at a time, whatever ``output.mix`` is (DESIGN.md invariant 
 
 The work is done a batch at a time: each open object gives batches of ready frames
 (``frames.Frames``), the choices of object are drawn ``PICKS`` at a time, and one call
-(``core.IMPL.interleave``) copies up to ``STEP_BYTES`` of frames in the drawn order into one
+(``choice.KERNEL.interleave``) copies up to ``STEP_BYTES`` of frames in the drawn order into one
 buffer that the shard takes in one write. Per record, no Python code runs on this path.
 
 Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced; the line's
@@ -51,6 +51,7 @@ from pathlib import Path
 
 from prefetchd.budget import Interrupted, RamBudget, ram_chunk
 from prefetchd.inotify import IN_MOVED_TO, Event, Watch
+from prefetchd.kernel import choice, twin
 from prefetchd.layout import (
     TMP_SUFFIX,
     epoch_prefix,
@@ -65,7 +66,6 @@ from prefetchd.logs import escape_key
 from prefetchd.seeds import mixing_rng, object_rng
 from prefetchd.supervise.child import ChildContext
 from prefetchd.supervise.child_report import Activity, QuarantineCounter, WriterCounters
-from prefetchd.write import core, pycore
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import (
     Format,
@@ -244,7 +244,7 @@ class Writer:
     # --- boot and recovery --------------------------------------------------------------------
 
     def run(self) -> None:
-        log.info("writer %d: record framing and mixing in %s", self.index, core.ACTIVE)
+        log.info("writer %d: record framing and mixing in %s", self.index, choice.ACTIVE)
         _reuse_freed_memory()
         self._recover()
         self.ctx.settled()
@@ -325,9 +325,9 @@ class Writer:
         limit = min(STEP_BYTES, room)
         parts: list[bytes] | list[memoryview]
         if _large_frames(mixable):  # write them where they lie: one copy less per byte
-            parts, stop = pycore.interleave_views(sources, cursors, self.picks, self.pick_at, limit)
+            parts, stop = twin.interleave_views(sources, cursors, self.picks, self.pick_at, limit)
         else:
-            data, stop = core.IMPL.interleave(sources, cursors, self.picks, self.pick_at, limit)
+            data, stop = choice.KERNEL.interleave(sources, cursors, self.picks, self.pick_at, limit)
             parts = [data]
         if stop > self.pick_at:
             # `taken` counts only written records: _shard_for may journal it (publishing a
@@ -405,7 +405,7 @@ class Writer:
         batch runs out (then the set may change and the rest would be thrown away)."""
         left = sum(len(o.frames) - o.cursor for o in mixable)
         count = min(PICKS, left + 1)
-        self.picks, self.mix_state = core.IMPL.picks(len(mixable), count, self.mix_state)
+        self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, self.mix_state)
         self.pick_at = 0
 
     def _next_batch(self, obj: OpenObject) -> None:

@@ -17,8 +17,8 @@ import pytest
 from prefetchd import ready_files
 from prefetchd.config import Config
 from prefetchd.errors import DaemonFailed
+from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout, shard_name, write_atomic
-from prefetchd.tfrecord import frame
 
 
 def daemon_status(cfg: Config, state: str = "running", age: float = 0.0, **extra: object) -> None:

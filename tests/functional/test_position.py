@@ -15,8 +15,8 @@ import pytest
 
 from prefetchd import ready_files
 from prefetchd.config import Config
+from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout, shard_name, write_atomic
-from prefetchd.tfrecord import frame
 
 
 @pytest.fixture

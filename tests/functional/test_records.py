@@ -20,8 +20,8 @@ import pytest
 import prefetchd
 from prefetchd.config import Config
 from prefetchd.consume.records import CorruptShard
+from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout, shard_name, write_atomic
-from prefetchd.tfrecord import frame
 
 
 @pytest.fixture

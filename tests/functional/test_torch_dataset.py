@@ -16,8 +16,8 @@ from collections import Counter
 import pytest
 
 from prefetchd.config import Config
+from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout, shard_name, write_atomic
-from prefetchd.tfrecord import frame
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402

@@ -16,8 +16,8 @@ import pytest
 
 from prefetchd.config import Config
 from prefetchd.consume.progress import TrainingPosition, count_records
+from prefetchd.kernel.framing import frame, read_records
 from prefetchd.layout import Layout, shard_name, write_atomic
-from prefetchd.tfrecord import frame, read_records
 
 
 @pytest.fixture

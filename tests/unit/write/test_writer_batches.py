@@ -1,4 +1,4 @@
-"""The writer run in-process over prepared cache objects: both cores write the same shard
+"""The writer run in-process over prepared cache objects: both kernels write the same shard
 bytes, TensorFlow reads every record exactly once, each object keeps its seeded order, and
 the hot path runs no Python code per record (a regression guard that needs no timing)."""
 
@@ -19,11 +19,11 @@ import pytest
 import tensorflow as tf
 
 from prefetchd.config import Config, config_from_dict
+from prefetchd.kernel import choice, twin
+from prefetchd.kernel.framing import frame, read_records
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.seeds import object_rng
 from prefetchd.supervise.child import ChildContext
-from prefetchd.tfrecord import frame, read_records
-from prefetchd.write import core, pycore
 from prefetchd.write.formats import get_format, shuffled_object, shuffled_object_frames
 from prefetchd.write.writer import SHUFFLE_BYTES, SHUFFLE_RECORDS, OpenObject, Writer
 
@@ -134,22 +134,22 @@ def expected_records(kind: str, sources: list[tuple[str, Path]]) -> Counter[byte
 
 
 def with_core(monkeypatch: pytest.MonkeyPatch, impl: Any) -> None:
-    monkeypatch.setattr(core, "IMPL", impl)
+    monkeypatch.setattr(choice, "KERNEL", impl)
 
 
 def native_core() -> Any:
-    if core.IMPL is pycore:
-        pytest.skip(f"the C core is not active: {core.ACTIVE}")
-    return core.IMPL
+    if choice.KERNEL is twin:
+        pytest.skip(f"the C kernel is not active: {choice.ACTIVE}")
+    return choice.KERNEL
 
 
 @pytest.mark.parametrize("kind", list(MAKERS))
-def test_both_cores_write_the_same_shards_read_back_by_tensorflow(
+def test_both_kernels_write_the_same_shards_read_back_by_tensorflow(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     native = native_core()
     shard_bytes = []
-    for impl in (pycore, native):
+    for impl in (twin, native):
         with_core(monkeypatch, impl)
         root = tmp_path / impl.__name__
         config, sources = prepare(root, kind, objects=6, records=300)
@@ -160,7 +160,7 @@ def test_both_cores_write_the_same_shards_read_back_by_tensorflow(
             bytes(r) for s in shards for r in tf.data.TFRecordDataset(str(s)).as_numpy_iterator()
         ]
         assert Counter(got) == expected_records(kind, sources), "every record exactly once"
-    assert shard_bytes[0] == shard_bytes[1], "the same bytes from both cores"
+    assert shard_bytes[0] == shard_bytes[1], "the same bytes from both kernels"
 
 
 @pytest.mark.parametrize("kind", ["lines", "tfrecord", "tar"])

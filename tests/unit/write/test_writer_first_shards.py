@@ -10,9 +10,9 @@ import random
 from pathlib import Path
 
 from prefetchd.config import Config
+from prefetchd.kernel.framing import read_records
 from prefetchd.layout import Layout
 from prefetchd.supervise.child import ChildContext
-from prefetchd.tfrecord import read_records
 from prefetchd.write.writer import (
     FIRST_SHARDS,
     STARVED_FILL,

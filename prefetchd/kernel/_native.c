@@ -1,8 +1,10 @@
-/* prefetchd.write._native: the writer's per-record loops, one call per batch of records.
+/* prefetchd.kernel._native: the record kernel's per-record loops, one call per batch of records
+ * (for the writer's formats and mixing, and the downloader's check of TFRecord objects).
  *
- * Every function here has a pure-Python twin in prefetchd/write/pycore.py that gives the same
- * bytes for the same input; prefetchd/write/core.py picks one of the two at import. The
- * contract of each function is documented there, once.
+ * Every function here has a pure-Python twin in prefetchd/kernel/twin.py that gives the same
+ * bytes for the same input (both satisfy prefetchd/kernel/protocol.py's RecordKernel);
+ * prefetchd/kernel/choice.py picks one of the two at import. The contract of each function is
+ * documented in twin.py, once.
  *
  * A batch of frames is two buffers: `data`, TFRecord frames back to back, and `ends`, the
  * native uint64 end offset of each frame in `data`. Orders and picks are native uint32.
@@ -1281,8 +1283,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "prefetchd.write._native",
-    "The writer's per-record loops in C (see prefetchd/write/pycore.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "prefetchd.kernel._native",
+    "The record kernel's per-record loops in C (see prefetchd/kernel/twin.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
