@@ -145,7 +145,8 @@ def iter_records(stream: BinaryIO, *, buffer_size: int = READ_BUFFER) -> Iterato
     bad CRC or a truncated frame. A clean end of stream between frames ends the iteration.
     """
     # The loop is the per-record cost of every records() user: it makes 7 calls per record
-    # (tests/unit/test_tfrecord_reader.py counts them), so CRCs go straight to google_crc32c.
+    # (tests/unit/kernel/test_framing_reader.py counts them), so CRCs go straight to
+    # google_crc32c.
     crc = google_crc32c.value
     buf = b""
     size = pos = 0  # len(buf); where the next frame starts in buf
