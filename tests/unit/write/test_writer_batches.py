@@ -133,11 +133,11 @@ def expected_records(kind: str, sources: list[tuple[str, Path]]) -> Counter[byte
     return Counter(r for key, path in sources for r in fmt.records(key, str(path)))
 
 
-def with_core(monkeypatch: pytest.MonkeyPatch, impl: Any) -> None:
+def with_kernel(monkeypatch: pytest.MonkeyPatch, impl: Any) -> None:
     monkeypatch.setattr(choice, "KERNEL", impl)
 
 
-def native_core() -> Any:
+def native_kernel() -> Any:
     if choice.KERNEL is twin:
         pytest.skip(f"the C kernel is not active: {choice.ACTIVE}")
     return choice.KERNEL
@@ -147,10 +147,10 @@ def native_core() -> Any:
 def test_both_kernels_write_the_same_shards_read_back_by_tensorflow(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    native = native_core()
+    native = native_kernel()
     shard_bytes = []
     for impl in (twin, native):
-        with_core(monkeypatch, impl)
+        with_kernel(monkeypatch, impl)
         root = tmp_path / impl.__name__
         config, sources = prepare(root, kind, objects=6, records=300)
         shards = run_writer(config, 6)
@@ -216,7 +216,7 @@ def test_the_hot_path_makes_no_python_call_per_record(
     """Counts every Python-level call (functions and builtins) while the writer turns 20,000
     lines into shards. Per batch there are a few dozen; per record there must be none, so a
     change that adds per-record work in Python fails here, however fast the machine."""
-    with_core(monkeypatch, native_core())
+    with_kernel(monkeypatch, native_kernel())
     config, _ = prepare(tmp_path, "lines", objects=8, records=2500, shard_size="16MiB")
     calls = 0
 
