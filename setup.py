@@ -1,8 +1,10 @@
-"""Build the optional C core of the writer (``prefetchd.write._native``).
+"""Build the optional C record kernel (``prefetchd.kernel._native``).
 
 Everything else is in pyproject.toml. ``optional=True``: without a compiler the install still
-succeeds and the writer uses its pure-Python twin (``prefetchd/write/pycore.py``), which gives
-the same bytes, only slower. For a checkout: ``python setup.py build_ext --inplace``.
+succeeds and the writers and the downloader's check use its pure-Python twin
+(``prefetchd/kernel/twin.py``), which gives the same bytes, only slower. For a checkout:
+``python setup.py build_ext --inplace``. The tests build it once more with AddressSanitizer
+and UndefinedBehaviorSanitizer (``tests/unit/kernel/test_sanitized_fuzz.py``).
 """
 
 from setuptools import Extension, setup
@@ -10,8 +12,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "prefetchd.write._native",
-            sources=["prefetchd/write/_native.c"],
+            "prefetchd.kernel._native",
+            sources=["prefetchd/kernel/_native.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,
         )

@@ -154,8 +154,8 @@ def floor_record(key: str, body: bytes, kind: sample_data.Kind) -> bytes:
     """The framed records prefetchd delivers for one object: TFRecord objects as they are, raw
     objects as the Example {key, data} the raw format makes, lines and tar objects as
     prefetchd's own format parsers read them (from a temporary file on tmpfs)."""
-    from prefetchd.tfrecord import frame
-    from prefetchd.write.example import encode_example
+    from prefetchd.kernel.example_encode import encode_example
+    from prefetchd.kernel.framing import frame
     from prefetchd.write.formats import get_format
 
     if kind == "tfrecord":

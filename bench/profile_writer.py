@@ -3,7 +3,7 @@
     python -m bench.profile_writer                          # every dataset, 3 repeats
     python -m bench.profile_writer lines --repeats 5
     python -m bench.profile_writer --mb 64 --repeats 3 --json out.json
-    PREFETCHD_NATIVE=0 python -m bench.profile_writer       # the pure-Python core
+    PREFETCHD_NATIVE=0 python -m bench.profile_writer       # the pure-Python kernel
 
 Prepares seeded objects (``testkit.sample_data``) in a private ``cache/ready`` as the
 downloader would publish them, runs one ``Writer`` over them in this process until every object

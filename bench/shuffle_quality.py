@@ -49,9 +49,9 @@ from pathlib import Path
 import yaml
 
 from prefetchd import ready_files
+from prefetchd.kernel.example_encode import encode_example
+from prefetchd.kernel.framing import frame, read_records
 from prefetchd.sizes import format_size, parse_size
-from prefetchd.tfrecord import frame, read_records
-from prefetchd.write.example import encode_example
 from testkit import s3server, sample_data
 
 BUCKET = "shuffle-quality"

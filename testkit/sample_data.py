@@ -43,9 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
+from prefetchd.kernel.example_encode import encode_example
+from prefetchd.kernel.framing import frame, read_records
 from prefetchd.sizes import format_size, parse_size
-from prefetchd.tfrecord import frame, read_records
-from prefetchd.write.example import encode_example
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -30,7 +30,7 @@ class Finding:
 def run_checks(config: Config) -> list[Finding]:
     findings = [Finding("ok", f"config {config.path or '(object)'} is valid")]
     findings.append(_check_format(config))
-    findings.append(_check_writer_core())
+    findings.append(_check_record_kernel())
     listed: list[int] = []
     findings += list(_check_store(config, listed))
     findings.append(_check_ram_dir(config))
@@ -97,12 +97,12 @@ def _check_format(config: Config) -> Finding:
     return Finding("ok", f"source.format {config.source.format} is available")
 
 
-def _check_writer_core() -> Finding:
-    """Which core frames records: the C core, or its slower pure-Python twin (same bytes)."""
-    from prefetchd.write import core, pycore
+def _check_record_kernel() -> Finding:
+    """Which kernel frames records: the C kernel, or its slower pure-Python twin (same bytes)."""
+    from prefetchd.kernel import choice, twin
 
-    level = "ok" if core.IMPL is not pycore else "warn"
-    return Finding(level, f"writers frame records in {core.ACTIVE}")
+    level = "ok" if choice.KERNEL is not twin else "warn"
+    return Finding(level, f"writers frame records in {choice.ACTIVE}")
 
 
 def _check_manifest(client: S3Client, manifest: str) -> Finding:

@@ -38,8 +38,9 @@ from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.ready import ReadyFiles, ready_files
 from prefetchd.consume.stream_position import parse_position
+from prefetchd.kernel.framing import index_records
 from prefetchd.layout import claimed_shard, parse_shard_name
-from prefetchd.tfrecord import index_records, read_records
+from prefetchd.tfrecord import read_records
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any, BinaryIO, cast
 from prefetchd.config import Config, load_config
 from prefetchd.consume.ready import ReadyFiles, ready_files
 from prefetchd.consume.releaser import ShardReleaser
+from prefetchd.kernel.framing import FramingError, iter_records
 from prefetchd.layout import Layout
-from prefetchd.tfrecord import FramingError, iter_records
 
 
 class CorruptShard(ValueError):

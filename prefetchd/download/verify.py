@@ -52,8 +52,8 @@ from prefetchd.download.checksums import (
     records_checked,
     unavailable,
 )
-from prefetchd.tfrecord import FramingError
-from prefetchd.write import core
+from prefetchd.kernel import choice
+from prefetchd.kernel.framing import FramingError
 
 if TYPE_CHECKING:
     from prefetchd.download.jobs import Job
@@ -352,9 +352,9 @@ def _chunks(fd: int, offset: int, length: int) -> Iterator[memoryview]:
 
 
 def _check_frames(fd: int, size: int) -> None:
-    """Every TFRecord frame's CRCs, in file order (the C core reads 1 MiB at a time without
+    """Every TFRecord frame's CRCs, in file order (the C kernel reads 1 MiB at a time without
     the GIL: no Python, no syscall per record). Raises ``FramingError``."""
     try:
-        core.IMPL.check_file(fd, size)
+        choice.KERNEL.check_file(fd, size)
     except ValueError as exc:
-        raise core.framing_error(exc) from None
+        raise choice.framing_error(exc) from None

@@ -2,7 +2,7 @@
 
 Formats turn an object into batches, the in-object shuffle reorders them, the writer mixes the
 batches of its open objects into a shard. Per-record work happens inside one call per batch
-(``core.IMPL``), so the Python cost per record is a small constant divided by the batch size.
+(``choice.KERNEL``), so the Python cost per record is a small constant divided by the batch size.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prefetchd.tfrecord import FOOTER_SIZE, HEADER_SIZE
-from prefetchd.write import core
+from prefetchd.kernel import choice
+from prefetchd.kernel.framing import FOOTER_SIZE, HEADER_SIZE
 
 BATCH_BYTES = 1024 * 1024  # formats cut their batches at about this many bytes
 
@@ -68,8 +68,8 @@ def batched(records: Iterable[bytes], max_bytes: int = BATCH_BYTES) -> Iterator[
         if size >= max_bytes:
             # let go of the records before handing on their frames: a suspended generator
             # would otherwise hold a large record twice
-            batch = Frames.of(*core.IMPL.frame_records(pending))
+            batch = Frames.of(*choice.KERNEL.frame_records(pending))
             pending, size = [], 0
             yield batch
     if pending:
-        yield Frames.of(*core.IMPL.frame_records(pending))
+        yield Frames.of(*choice.KERNEL.frame_records(pending))

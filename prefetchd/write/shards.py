@@ -25,8 +25,9 @@ from pathlib import Path
 
 from prefetchd.atomic import create_exclusive
 from prefetchd.budget import RamBudget
+from prefetchd.kernel.framing import FOOTER, frame_header
 from prefetchd.layout import Layout
-from prefetchd.tfrecord import FOOTER, frame_header, masked_crc
+from prefetchd.tfrecord import masked_crc
 
 log = logging.getLogger(__name__)
 

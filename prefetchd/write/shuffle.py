@@ -3,7 +3,7 @@
 The rule (a block shuffle with carry-over): frames are added to a block while it holds fewer
 than ``max_records`` frames and ``max_bytes`` bytes (a frame is its record plus 16 bytes of
 framing; one frame always fits an empty block). When the next frame does not fit, the block is
-permuted (seeded SplitMix64 Fisher-Yates, ``pycore.permutation``), the first ``n - n // 2``
+permuted (seeded SplitMix64 Fisher-Yates, ``twin.permutation``), the first ``n - n // 2``
 frames of the permutation are emitted and the other ``n // 2`` stay as the start of the next
 block. At the end of the object the last block is emitted whole. So:
 
@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefetchd.write import core
+from prefetchd.kernel import choice
 from prefetchd.write.frames import BATCH_BYTES, EMPTY, Frames, batched
 
 
@@ -106,7 +106,7 @@ def _rest(batch: Frames, lo: int) -> Frames:
     """Frames ``lo..`` of ``batch`` in a batch of their own (so the cut part can be freed)."""
     n = len(batch) - lo
     order = array("I", range(n)).tobytes()
-    return Frames.of(*core.IMPL.take([(batch.data, batch.ends, lo, len(batch))], order, 0, n))
+    return Frames.of(*choice.KERNEL.take([(batch.data, batch.ends, lo, len(batch))], order, 0, n))
 
 
 def _kept(block: _Block, batch: Frames) -> int:
@@ -124,12 +124,12 @@ def _emit(block: _Block, state: int, *, final: bool) -> tuple[Frames, _Block, in
         # one record that is a whole input batch (a one-record object, or a large record a
         # format gave alone): nothing to move; a permutation of one draws nothing
         return Frames(data, ends), _Block(), state
-    order, state = core.IMPL.permutation(n, state)
+    order, state = choice.KERNEL.permutation(n, state)
     emit = n if final else n - n // 2
-    out = Frames.of(*core.IMPL.take(block.parts, order, 0, emit))
+    out = Frames.of(*choice.KERNEL.take(block.parts, order, 0, emit))
     carry = _Block()
     if emit < n:
-        data, ends = core.IMPL.take(block.parts, order, emit, n)
+        data, ends = choice.KERNEL.take(block.parts, order, emit, n)
         kept = Frames.of(data, ends)
         carry = _Block([(kept.data, kept.ends, 0, len(kept))], len(kept), len(kept.data))
     return out, carry, state

@@ -20,7 +20,7 @@ large record's batch at a time, whatever ``output.mix`` is (DESIGN.md invariant 
 
 The work is done a batch at a time: each open object gives batches of ready frames
 (``frames.Frames``), the choices of object are drawn ``PICKS`` at a time, and one call
-(``core.IMPL.interleave``) copies up to ``STEP_BYTES`` of frames in the drawn order into one
+(``choice.KERNEL.interleave``) copies up to ``STEP_BYTES`` of frames in the drawn order into one
 buffer that the shard takes in one write. Per record, no Python code runs on this path.
 
 Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced; the line's
@@ -56,6 +56,7 @@ from prefetchd.exactly_once.journal import Journal, JournalEntry
 from prefetchd.exactly_once.ledger import record_published
 from prefetchd.exactly_once.markers import first_epoch_without
 from prefetchd.inotify import IN_MOVED_TO, Event, Watch
+from prefetchd.kernel import choice, twin
 from prefetchd.layout import (
     epoch_prefix,
     parse_object_name,
@@ -68,7 +69,6 @@ from prefetchd.logs import escape_key
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import QuarantineCounter, WriterCounters
 from prefetchd.seeds import mixing_rng, object_rng
-from prefetchd.write import core, pycore
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import (
     Format,
@@ -245,7 +245,7 @@ class Writer:
     # --- boot and recovery --------------------------------------------------------------------
 
     def run(self) -> None:
-        log.info("writer %d: record framing and mixing in %s", self.index, core.ACTIVE)
+        log.info("writer %d: record framing and mixing in %s", self.index, choice.ACTIVE)
         _reuse_freed_memory()
         self._recover()
         self.ctx.settled()
@@ -326,9 +326,9 @@ class Writer:
         limit = min(STEP_BYTES, room)
         parts: list[bytes] | list[memoryview]
         if _large_frames(mixable):  # write them where they lie: one copy less per byte
-            parts, stop = pycore.interleave_views(sources, cursors, self.picks, self.pick_at, limit)
+            parts, stop = twin.interleave_views(sources, cursors, self.picks, self.pick_at, limit)
         else:
-            data, stop = core.IMPL.interleave(sources, cursors, self.picks, self.pick_at, limit)
+            data, stop = choice.KERNEL.interleave(sources, cursors, self.picks, self.pick_at, limit)
             parts = [data]
         if stop > self.pick_at:
             # `taken` counts only written records: _shard_for may journal it (publishing a
@@ -406,7 +406,7 @@ class Writer:
         batch runs out (then the set may change and the rest would be thrown away)."""
         left = sum(len(o.frames) - o.cursor for o in mixable)
         count = min(PICKS, left + 1)
-        self.picks, self.mix_state = core.IMPL.picks(len(mixable), count, self.mix_state)
+        self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, self.mix_state)
         self.pick_at = 0
 
     def _next_batch(self, obj: OpenObject) -> None:

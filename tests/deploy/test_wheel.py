@@ -45,8 +45,8 @@ def test_sdist_carries_the_sources_and_not_the_dev_tools(installed: Installed) -
         "README.md",
         "CHANGELOG.md",
         "prefetchd/py.typed",
-        "prefetchd/write/_native.c",
-        "prefetchd/write/_native.pyi",
+        "prefetchd/kernel/_native.c",
+        "prefetchd/kernel/_native.pyi",
         "systemd/prefetchd@.service",
         "docker/Dockerfile",
         "configs/example.yaml",
@@ -58,15 +58,15 @@ def test_sdist_carries_the_sources_and_not_the_dev_tools(installed: Installed) -
     assert not [n for n in names if n.endswith((".so", ".pyc"))]
 
 
-def test_wheel_is_typed_and_carries_the_compiled_core(installed: Installed) -> None:
+def test_wheel_is_typed_and_carries_the_compiled_kernel(installed: Installed) -> None:
     with zipfile.ZipFile(installed.wheel) as whl:
         names = whl.namelist()
         entry_points = whl.read(f"prefetchd-{__version__}.dist-info/entry_points.txt").decode()
-    assert "prefetchd/py.typed" in names and "prefetchd/write/_native.pyi" in names
+    assert "prefetchd/py.typed" in names and "prefetchd/kernel/_native.pyi" in names
     assert not [n for n in names if n.split("/")[0] in ("bench", "testkit", "tests")]
     assert "prefetchd = prefetchd.commands.cli:main" in entry_points
-    if shutil.which("gcc") or shutil.which("cc"):  # optional=True: no compiler, no C core
-        assert [n for n in names if n.startswith("prefetchd/write/_native.") and n.endswith(".so")]
+    if shutil.which("gcc") or shutil.which("cc"):  # optional=True: no compiler, no C kernel
+        assert [n for n in names if n.startswith("prefetchd/kernel/_native.") and n.endswith(".so")]
 
 
 def test_installed_package_is_the_one_imported(installed: Installed) -> None:

@@ -79,7 +79,7 @@ def test_check_reports_a_healthy_setup(
     assert "FAIL" not in proc.stdout
     assert "2 of 2 listed objects" in proc.stdout
     assert "tmpfs" in proc.stdout
-    # pip install builds the writers' C core here (gcc is on every test machine): a build
+    # pip install builds the writers' C kernel here (gcc is on every test machine): a build
     # step that silently fell back to the slow Python twin would show here
     assert "writers frame records in native" in proc.stdout
 

@@ -165,7 +165,7 @@ def test_plugin_that_raises_quarantines_only_that_object(
     (plugins / "fmt.py").write_text(
         textwrap.dedent(
             """
-            from prefetchd.write.example import encode_example
+            from prefetchd.example import encode_example
 
             def records(key, path):
                 with open(path, "rb") as f:

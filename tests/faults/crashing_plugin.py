@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from prefetchd.tfrecord import read_records
+from prefetchd.kernel.framing import read_records
 
 POISON = "000003"
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from prefetchd import ready_files
+from prefetchd.kernel.framing import read_records
 from prefetchd.layout import parse_shard_name
-from prefetchd.tfrecord import read_records
 
 
 def main() -> int:

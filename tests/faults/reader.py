@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from prefetchd import ready_files
+from prefetchd.kernel.framing import read_records
 from prefetchd.layout import parse_shard_name
-from prefetchd.tfrecord import read_records
 from testkit.sample_data import decode_example
 
 

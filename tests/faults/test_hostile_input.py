@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from prefetchd.config import load_config
-from prefetchd.tfrecord import frame
+from prefetchd.kernel.framing import frame
 from prefetchd.write.formats import get_format
 from testkit.trainers import finish_trainer, start_trainer
 

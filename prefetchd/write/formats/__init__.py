@@ -7,7 +7,7 @@ bad input by raising ``CorruptObject`` (or any exception, for user plugins) so t
 is quarantined and the epoch goes on.
 
 The writer reads objects as batches of ready frames (``frames.Frames``). A built-in format may
-make them itself, many records per call into the C core: ``frames(key, path)`` gives the same
+make them itself, many records per call into the C kernel: ``frames(key, path)`` gives the same
 records as ``records`` in the same order, already framed; ``shuffled_frames(key, path, seed)``
 gives all of an object's frames in a seeded order of its own (``tfrecord``: uniform, by
 offsets), or None to use the bounded block shuffle (``shuffle.py``). Any other format's

@@ -15,8 +15,8 @@ import os
 from collections.abc import Iterator
 
 from prefetchd.config import DEFAULT_MAX_RECORD_SIZE
-from prefetchd.write import core
-from prefetchd.write.example import encode_example
+from prefetchd.kernel import choice
+from prefetchd.kernel.example_encode import encode_example
 from prefetchd.write.formats.compressed import compression_of, open_object
 from prefetchd.write.frames import BATCH_BYTES, Frames
 from prefetchd.write.quarantine import RecordTooLarge
@@ -64,7 +64,7 @@ class LinesFormat:
                 pending = chunk = b""
                 if carried:
                     self._check_first_line(key, number, buf, final=final)
-                data, ends, used, number = core.IMPL.frame_lines(buf, key_bytes, number, final)
+                data, ends, used, number = choice.KERNEL.frame_lines(buf, key_bytes, number, final)
                 # drop the input before handing the frames on: a suspended generator would
                 # otherwise hold a large line twice (its bytes and its frame) per open object
                 pending, buf = buf[used:], b""

@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterator
 
 from prefetchd.config import DEFAULT_MAX_RECORD_SIZE
-from prefetchd.write import core
-from prefetchd.write.example import encode_example, sorted_features
+from prefetchd.kernel import choice
+from prefetchd.kernel.example_encode import FeatureValue, encode_example, sorted_features
 from prefetchd.write.formats.compressed import compression_of, open_object
 from prefetchd.write.frames import Frames
 from prefetchd.write.quarantine import RecordTooLarge
@@ -42,7 +42,7 @@ class RawFormat:
                 return
         data = self._data(key, path, buffered=False)
         sample = sorted_features({"key": _key_bytes(key), "data": data})
-        frames = Frames.of(*core.IMPL.frame_examples([sample]))
+        frames = Frames.of(*choice.KERNEL.frame_examples([sample]))
         del data, sample  # not held twice while the writer holds the frame
         yield frames
 
@@ -52,8 +52,12 @@ class RawFormat:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             size = self._checked_size(key, os.fstat(fd).st_size)
-            sample = [(b"data", None), (b"key", _key_bytes(key))]  # sorted, as sorted_features
-            batch = core.IMPL.frame_file_example(sample, fd, size)
+            # sorted, as sorted_features
+            sample: list[tuple[bytes, FeatureValue | None]] = [
+                (b"data", None),
+                (b"key", _key_bytes(key)),
+            ]
+            batch = choice.KERNEL.frame_file_example(sample, fd, size)
         finally:
             os.close(fd)
         return None if batch is None else Frames.of(*batch)

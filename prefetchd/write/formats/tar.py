@@ -9,7 +9,7 @@ extension are skipped. The tar is read as a stream (``.tar.gz``/``.tar.zst`` too
 one sample (and a 1 MiB chunk).
 
 Two readers give the same Examples in the same order. The fast one (``frames``) hands ~1 MiB
-chunks of the stream to the writer core's ``frame_tar``, which parses the 512-byte headers,
+chunks of the stream to the record kernel's ``frame_tar``, which parses the 512-byte headers,
 groups members and frames every complete sample in one call; the rest of a chunk (an
 incomplete sample) is carried into the next one. Whatever it does not read exactly as
 ``tarfile`` does — pax or GNU headers, a bad checksum, damage, a name the checks below reject
@@ -20,7 +20,7 @@ stores a float ``mtime``), and then takes that slower path.
 
 The writer reads an object through once before its first record is taken (to quarantine a
 bad one with none of its records delivered): ``check`` makes that pass cheap. It is the walk
-of ``frames`` with every rule and decision the same, but the core's ``check_tar`` only reads
+of ``frames`` with every rule and decision the same, but the kernel's ``check_tar`` only reads
 the headers and sizes (no Examples, no CRCs); where the fast reader gives up, the reference
 reader checks the rest exactly as ``frames`` reads it. So it raises what ``frames`` raises.
 
@@ -44,8 +44,9 @@ from typing import BinaryIO, TypeVar, cast
 
 from prefetchd.config import DEFAULT_MAX_RECORD_SIZE
 from prefetchd.errors import CorruptObject
-from prefetchd.write import core, pycore
-from prefetchd.write.example import FeatureValue, encode_example, sorted_features
+from prefetchd.kernel import choice
+from prefetchd.kernel.example_encode import FeatureValue, encode_example, sorted_features
+from prefetchd.kernel.protocol import TAR_END
 from prefetchd.write.formats.compressed import open_object
 from prefetchd.write.frames import BATCH_BYTES, Frames
 from prefetchd.write.quarantine import RecordTooLarge
@@ -113,13 +114,13 @@ _Step = Callable[[bytes, bool, bool], tuple[T, int, int, int, int]]
 
 
 def _framed(buf: bytes, final: bool, at_start: bool) -> tuple[Frames, int, int, int, int]:
-    data, ends, used, status = core.IMPL.frame_tar(buf, final, at_start)
+    data, ends, used, status = choice.KERNEL.frame_tar(buf, final, at_start)
     batch = Frames.of(data, ends)
     return batch, len(batch), batch.largest(), used, status
 
 
 def _checked(buf: bytes, final: bool, at_start: bool) -> tuple[int, int, int, int, int]:
-    samples, largest, used, status = core.IMPL.check_tar(buf, final, at_start)
+    samples, largest, used, status = choice.KERNEL.check_tar(buf, final, at_start)
     return samples, samples, largest, used, status
 
 
@@ -157,7 +158,7 @@ class _FastScan:
                         self.samples += count
                         yield batch
                     if status <= 0:
-                        self.complete = status == pycore.TAR_END
+                        self.complete = status == TAR_END
                         return
                     if status > self.limit + BATCH_BYTES:
                         return  # a sample this large: the reference reader measures it
@@ -174,10 +175,10 @@ def _tarfile_frames(key: str, path: str, skip: int, limit: int) -> Iterator[Fram
         batch.append(sorted_features(_features(name, sample)))
         size += sum(len(v) for v in sample.values())
         if size >= BATCH_BYTES:
-            yield Frames.of(*core.IMPL.frame_examples(batch))
+            yield Frames.of(*choice.KERNEL.frame_examples(batch))
             batch, size = [], 0
     if batch:
-        yield Frames.of(*core.IMPL.frame_examples(batch))
+        yield Frames.of(*choice.KERNEL.frame_examples(batch))
 
 
 def tarfile_records(key: str, path: str, limit: int = DEFAULT_MAX_RECORD_SIZE) -> Iterator[bytes]:

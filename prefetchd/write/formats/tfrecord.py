@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 from prefetchd.config import DEFAULT_MAX_RECORD_SIZE
 from prefetchd.errors import CorruptObject
-from prefetchd.tfrecord import FRAME_OVERHEAD, FramingError, RecordTooLong, read_records
-from prefetchd.write import core
+from prefetchd.kernel import choice
+from prefetchd.kernel.framing import FRAME_OVERHEAD, FramingError, RecordTooLong, read_records
 from prefetchd.write.formats.compressed import compression_of, open_object
 from prefetchd.write.frames import BATCH_BYTES, Frames, batched
 from prefetchd.write.quarantine import RecordTooLarge
@@ -71,22 +71,22 @@ class TFRecordFormat:
         try:
             size = os.fstat(fd).st_size
             try:
-                offsets = core.IMPL.index_file(fd, size)
+                offsets = choice.KERNEL.index_file(fd, size)
                 count = len(offsets) // 8
                 if size > self.max_record_size:
                     self._check_lengths(key, offsets, size)
                 if seed is None:
                     order = array("I", range(count)).tobytes()
                 else:
-                    order, _ = core.IMPL.permutation(count, seed)
+                    order, _ = choice.KERNEL.permutation(count, seed)
                 start = 0
                 while start < count:
-                    data, ends, start = core.IMPL.read_frames(
+                    data, ends, start = choice.KERNEL.read_frames(
                         fd, size, offsets, order, start, BATCH_BYTES
                     )
                     yield Frames.of(data, ends)
             except ValueError as exc:
-                error = core.framing_error(exc)
+                error = choice.framing_error(exc)
                 raise CorruptObject(key, f"not a valid TFRecord file {error}") from None
         finally:
             os.close(fd)

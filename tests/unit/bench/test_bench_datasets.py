@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import datasets, readers
-from prefetchd.tfrecord import read_records
+from prefetchd.kernel.framing import read_records
 from prefetchd.write.formats import get_format
 from testkit import sample_data
 

@@ -9,7 +9,7 @@ import tarfile
 
 from bench import profile_writer
 from bench.profile_writer import Result
-from prefetchd.tfrecord import read_records
+from prefetchd.kernel.framing import read_records
 from testkit import sample_data
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import network, readers, report, runner, sweep
-from prefetchd.tfrecord import frame
+from prefetchd.kernel.framing import frame
 
 
 def run(loader: str, mb_s: float, cpu: float | None = None, **more: Any) -> dict[str, Any]:

@@ -59,7 +59,7 @@ COUNTED = (
 PUBLISH_BUDGET = {"open": 1, "write": 2, "close": 1, "rename": 1}
 # Per claimed object (raw format): the rename out of ready/, its meta read (open, read, close),
 # the object opened, its size taken (fstat: checked against output.max_record_size and the
-# frame's size), read straight into its frame (one pread, inside the C core or pycore: not
+# frame's size), read straight into its frame (one pread, inside the C kernel or twin: not
 # counted here) and closed; ready/ is listed twice for them all (to find them, and to find it
 # empty).
 CLAIM_BUDGET = {"rename": 1, "open": 2, "read": 1, "close": 2, "fstat": 1}

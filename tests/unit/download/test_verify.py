@@ -17,7 +17,7 @@ from prefetchd.download.checksums import digest_of, parse_checksum
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
 from prefetchd.download.verify import IntegrityError, Verifier
-from prefetchd.tfrecord import frame
+from prefetchd.kernel.framing import frame
 
 PART = 5 * 1024
 

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from prefetchd.errors import EXIT_USAGE, ConfigError, CorruptObject
-from prefetchd.tfrecord import frame
-from prefetchd.write import core
+from prefetchd.kernel import choice
+from prefetchd.kernel.framing import frame
 from prefetchd.write.formats import get_format
 
 KEY = "data/train/part-00001.tfrecord"
@@ -138,7 +138,7 @@ def test_raw_frames_are_the_records_framed_and_tensorflow_reads_them(
     is ``records`` framed, byte for byte; and when the object changed size while it was read,
     it is read again the general way."""
     if not fast:
-        monkeypatch.setattr(core.IMPL, "frame_file_example", lambda *_: None)
+        monkeypatch.setattr(choice.KERNEL, "frame_file_example", lambda *_: None)
     raw = get_format("raw")
     objects = {f"k{i}/ü": bytes([i]) * size for i, size in enumerate([0, 1, 127, 70_000, 200_000])}
     written = []

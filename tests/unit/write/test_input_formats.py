@@ -16,8 +16,8 @@ import zstandard
 
 from prefetchd.budget import RamBudget
 from prefetchd.errors import CorruptObject
+from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
-from prefetchd.tfrecord import frame
 from prefetchd.write.formats import get_format
 from prefetchd.write.formats.compressed import zstd_problem
 from prefetchd.write.formats.tar import split_member

@@ -20,7 +20,7 @@ import zstandard
 
 from prefetchd.config import config_from_dict
 from prefetchd.errors import ConfigError, CorruptObject
-from prefetchd.tfrecord import frame
+from prefetchd.kernel.framing import frame
 from prefetchd.write.formats import check_object, get_format, object_frames, read_whole_first
 from prefetchd.write.formats.lines import LinesFormat
 from prefetchd.write.formats.plugin import PluginFormat

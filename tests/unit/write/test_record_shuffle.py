@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from prefetchd.errors import CorruptObject
+from prefetchd.kernel.framing import frame
 from prefetchd.seeds import object_rng
-from prefetchd.tfrecord import frame
 from prefetchd.write.formats import get_format, shuffled_object
 from prefetchd.write.shuffle import shuffled_records
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from prefetchd.budget import Interrupted, RamBudget
+from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
-from prefetchd.tfrecord import frame
 from prefetchd.write import shards
 from prefetchd.write.shards import ShardFile
 

@@ -1,4 +1,4 @@
-"""The fast ``tar`` reader (``frame_tar`` in the C core and its Python twin) gives exactly the
+"""The fast ``tar`` reader (``frame_tar`` in the C kernel and its Python twin) gives exactly the
 Examples, in the same order, and the same error, as the reference reader (Python's ``tarfile``)
 for every tar: WebDataset-style, odd and damaged ones; and where it gives up, the reference
 reader carries on from the sample it stopped at."""
@@ -18,20 +18,20 @@ from typing import Any
 import pytest
 import zstandard
 
-from prefetchd.write import core, pycore
+from prefetchd.kernel import choice, twin
 from prefetchd.write.formats import tar as tarfmt
 from prefetchd.write.formats.tar import TarFormat, tarfile_records
 from prefetchd.write.frames import Frames
 from testkit import sample_data
 
-IMPLS: list[ModuleType] = [pycore]
+IMPLS: list[ModuleType] = [twin]
 try:
-    from prefetchd.write import _native
+    from prefetchd.kernel import _native
 except ImportError:
     pass
 else:
-    if core.crc32c_address() is not None:
-        _native.set_crc32c(core.crc32c_address())
+    if choice.crc32c_address() is not None:
+        _native.set_crc32c(choice.crc32c_address())
         IMPLS.append(_native)
 
 BLOCK = 512
@@ -200,17 +200,17 @@ def assert_same_as_tarfile(
     chunks: tuple[int, ...] = (1, 4096),
     intact: list[bytes] | None = None,
 ) -> Outcome:
-    """Both cores, at several chunk sizes, give what the tarfile reader gives: the same
+    """Both kernels, at several chunk sizes, give what the tarfile reader gives: the same
     Examples, or the same error after a prefix of them (a batch an error cuts short is not
     yielded, as before; ``intact``: the Examples before damage to compressed data, of which
-    tarfile loses those its last read had decoded); and the two cores give the same."""
+    tarfile loses those its last read had decoded); and the two kernels give the same."""
     want = outcome(lambda: tarfile_records(key, path))
     intact = want[0] if intact is None else intact
     for chunk in (*chunks, 1024 * 1024):
         monkeypatch.setattr(tarfmt, "BATCH_BYTES", chunk)
         got = []
         for impl in IMPLS:
-            monkeypatch.setattr(core, "IMPL", impl)
+            monkeypatch.setattr(choice, "KERNEL", impl)
             records, error = frames_outcome(key, path)
             assert_check_agrees(key, path)
             assert error == want[1], (impl.__name__, chunk)
@@ -313,7 +313,7 @@ def high_header(name: bytes, size: int, signed: bool, wrong: int = 0) -> bytes:
 def test_checksums_of_headers_full_of_high_bytes(
     signed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """tarfile takes the unsigned or the signed byte sum; the C core sums eight bytes at a
+    """tarfile takes the unsigned or the signed byte sum; the C kernel sums eight bytes at a
     time, so hundreds of bytes >= 0x80 in one header must count the same."""
     name = b"\xff" * 96 + b".cls"
     good = high_header(name, 1, signed) + padded(b"1")
@@ -406,12 +406,12 @@ def test_damaged_gzip_gives_what_it_gave(
     assert damage == "flip" or (error is not None and error[0] == "CorruptObject")
 
 
-# --- the two cores agree ------------------------------------------------------------------------
+# --- the two kernels agree ------------------------------------------------------------------------
 
 
-def test_both_cores_frame_every_prefix_the_same() -> None:
+def test_both_kernels_frame_every_prefix_the_same() -> None:
     if len(IMPLS) < 2:
-        pytest.skip("the C core is not built")
+        pytest.skip("the C kernel is not built")
     rng = random.Random(7)
     for body in (random_tar(rng), random_tar(rng, ascii_only=True), long_names(rng, 0)):
         for cut in sorted({*range(0, len(body), 331), len(body)}):
@@ -422,9 +422,9 @@ def test_both_cores_frame_every_prefix_the_same() -> None:
                     assert python == native, (cut, final, at_start)
 
 
-def test_both_cores_check_every_prefix_as_they_frame_it() -> None:
+def test_both_kernels_check_every_prefix_as_they_frame_it() -> None:
     """``check_tar`` is ``frame_tar``'s walk: the same count, largest frame, consumed and
-    status, in both cores, for every cut of odd tars."""
+    status, in both kernels, for every cut of odd tars."""
     rng = random.Random(11)
     for body in (random_tar(rng), random_tar(rng, ascii_only=True), long_names(rng, 0)):
         for cut in sorted({*range(0, len(body), 331), len(body)}):
@@ -432,7 +432,7 @@ def test_both_cores_check_every_prefix_as_they_frame_it() -> None:
                 args = (body[:cut], final, at_start)
                 checks = {impl.check_tar(*args) for impl in IMPLS}
                 assert len(checks) == 1, (cut, final, at_start)
-                data, ends, consumed, status = pycore.frame_tar(*args)
+                data, ends, consumed, status = twin.frame_tar(*args)
                 frames = Frames.of(data, ends)
                 assert checks.pop() == (len(frames), frames.largest(), consumed, status)
 
@@ -450,7 +450,7 @@ def test_a_sample_over_the_limit_is_quarantined_by_the_check_as_by_framing(
     key, path = write(tmp_path, body, suffix)
     largest = max(len(r) for r in tarfile_records(key, path)) + 16  # framed: 12 + 4 bytes
     for impl in IMPLS:
-        monkeypatch.setattr(core, "IMPL", impl)
+        monkeypatch.setattr(choice, "KERNEL", impl)
         for limit in (5999, 6000, 6001, largest - 1, largest, largest + 1, 1 << 20):
             assert_check_agrees(key, path, limit)
         _, error = frames_outcome(key, path, 5999)
@@ -466,5 +466,5 @@ def test_the_read_through_builds_no_examples(
     key, path = write(tmp_path, body)
     for impl in IMPLS:
         walk_only = types.SimpleNamespace(check_tar=impl.check_tar)  # no frame_tar at all
-        monkeypatch.setattr(core, "IMPL", walk_only)
+        monkeypatch.setattr(choice, "KERNEL", walk_only)
         assert sum(TarFormat().check(key, path)) == len(ids)

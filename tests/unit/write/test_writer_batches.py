@@ -1,4 +1,4 @@
-"""The writer run in-process over prepared cache objects: both cores write the same shard
+"""The writer run in-process over prepared cache objects: both kernels write the same shard
 bytes, TensorFlow reads every record exactly once, each object keeps its seeded order, and
 the hot path runs no Python code per record (a regression guard that needs no timing)."""
 
@@ -20,10 +20,10 @@ import tensorflow as tf
 
 from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
+from prefetchd.kernel import choice, twin
+from prefetchd.kernel.framing import frame, read_records
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.seeds import object_rng
-from prefetchd.tfrecord import frame, read_records
-from prefetchd.write import core, pycore
 from prefetchd.write.formats import get_format, shuffled_object, shuffled_object_frames
 from prefetchd.write.writer import SHUFFLE_BYTES, SHUFFLE_RECORDS, OpenObject, Writer
 
@@ -133,24 +133,24 @@ def expected_records(kind: str, sources: list[tuple[str, Path]]) -> Counter[byte
     return Counter(r for key, path in sources for r in fmt.records(key, str(path)))
 
 
-def with_core(monkeypatch: pytest.MonkeyPatch, impl: Any) -> None:
-    monkeypatch.setattr(core, "IMPL", impl)
+def with_kernel(monkeypatch: pytest.MonkeyPatch, impl: Any) -> None:
+    monkeypatch.setattr(choice, "KERNEL", impl)
 
 
-def native_core() -> Any:
-    if core.IMPL is pycore:
-        pytest.skip(f"the C core is not active: {core.ACTIVE}")
-    return core.IMPL
+def native_kernel() -> Any:
+    if choice.KERNEL is twin:
+        pytest.skip(f"the C kernel is not active: {choice.ACTIVE}")
+    return choice.KERNEL
 
 
 @pytest.mark.parametrize("kind", list(MAKERS))
-def test_both_cores_write_the_same_shards_read_back_by_tensorflow(
+def test_both_kernels_write_the_same_shards_read_back_by_tensorflow(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    native = native_core()
+    native = native_kernel()
     shard_bytes = []
-    for impl in (pycore, native):
-        with_core(monkeypatch, impl)
+    for impl in (twin, native):
+        with_kernel(monkeypatch, impl)
         root = tmp_path / impl.__name__
         config, sources = prepare(root, kind, objects=6, records=300)
         shards = run_writer(config, 6)
@@ -160,7 +160,7 @@ def test_both_cores_write_the_same_shards_read_back_by_tensorflow(
             bytes(r) for s in shards for r in tf.data.TFRecordDataset(str(s)).as_numpy_iterator()
         ]
         assert Counter(got) == expected_records(kind, sources), "every record exactly once"
-    assert shard_bytes[0] == shard_bytes[1], "the same bytes from both cores"
+    assert shard_bytes[0] == shard_bytes[1], "the same bytes from both kernels"
 
 
 @pytest.mark.parametrize("kind", ["lines", "tfrecord", "tar"])
@@ -216,7 +216,7 @@ def test_the_hot_path_makes_no_python_call_per_record(
     """Counts every Python-level call (functions and builtins) while the writer turns 20,000
     lines into shards. Per batch there are a few dozen; per record there must be none, so a
     change that adds per-record work in Python fails here, however fast the machine."""
-    with_core(monkeypatch, native_core())
+    with_kernel(monkeypatch, native_kernel())
     config, _ = prepare(tmp_path, "lines", objects=8, records=2500, shard_size="16MiB")
     calls = 0
 

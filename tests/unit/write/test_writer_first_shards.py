@@ -11,8 +11,8 @@ from pathlib import Path
 
 from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
+from prefetchd.kernel.framing import read_records
 from prefetchd.layout import Layout
-from prefetchd.tfrecord import read_records
 from prefetchd.write.writer import (
     FIRST_SHARDS,
     STARVED_FILL,

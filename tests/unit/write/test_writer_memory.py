@@ -13,9 +13,9 @@ import pytest
 
 from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
+from prefetchd.kernel import choice
+from prefetchd.kernel.framing import read_records
 from prefetchd.layout import Layout, key_hash, object_name, writer_claim_name
-from prefetchd.tfrecord import read_records
-from prefetchd.write import core
 from prefetchd.write.formats import get_format
 from prefetchd.write.frames import Frames
 from prefetchd.write.shuffle import Holding, shuffled_frames
@@ -170,10 +170,10 @@ def test_objects_that_all_wait_go_on_anyway_one_after_another(tmp_path: Path) ->
     time, each drained or given its batch; none is left parked with nothing to mix."""
     config, _ = prepare(tmp_path, 0, 4)
     writer = Writer(HeldCounter(config, 0), 0)
-    large = Frames.of(*core.IMPL.frame_records([bytes(writer.normal_hold)]))
+    large = Frames.of(*choice.KERNEL.frame_records([bytes(writer.normal_hold)]))
     later = OpenObject("later", "k", 1, tmp_path / "x", iter([]), frames=large)
     empty = [OpenObject(f"e{i}", "k", 0, tmp_path / "x", iter([]), waiting=True) for i in range(2)]
-    small = Frames.of(*core.IMPL.frame_records([b"r"]))
+    small = Frames.of(*choice.KERNEL.frame_records([b"r"]))
     last = OpenObject("last", "k", 0, tmp_path / "x", iter([small]), waiting=True)
     writer.open = [*empty, last, later]
     writer._resume_waiting()
@@ -188,7 +188,7 @@ def test_the_block_shuffle_holds_a_large_record_once_and_says_what_it_keeps() ->
     record's batch; the order is that of the shuffle without the meter."""
     big = bytes(8 * MIB)
     records = [b"a%d" % i for i in range(50)] + [big] + [b"z%d" % i for i in range(50)]
-    batches = [Frames.of(*core.IMPL.frame_records(records))]
+    batches = [Frames.of(*choice.KERNEL.frame_records(records))]
     holding = Holding()
     bounds = {"max_records": 1000, "max_bytes": 64 * 1024}
     seen = []

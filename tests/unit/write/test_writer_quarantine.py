@@ -19,8 +19,8 @@ import pytest
 
 from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
+from prefetchd.kernel.framing import frame, read_records
 from prefetchd.layout import Layout, key_hash, object_name
-from prefetchd.tfrecord import frame, read_records
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import get_format
 from prefetchd.write.writer import Writer

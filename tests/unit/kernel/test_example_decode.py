@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import tensorflow as tf
 
-from prefetchd.example import ExampleError, parse
-from prefetchd.write.example import encode_example
+from prefetchd.kernel.example_decode import ExampleError, parse
+from prefetchd.kernel.example_encode import encode_example
 
 
 def tf_features(record: bytes) -> dict[str, list[Any]]:

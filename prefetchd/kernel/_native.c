@@ -1,8 +1,10 @@
-/* prefetchd.write._native: the writer's per-record loops, one call per batch of records.
+/* prefetchd.kernel._native: the record kernel's per-record loops, one call per batch of records
+ * (for the writer's formats and mixing, and the downloader's check of TFRecord objects).
  *
- * Every function here has a pure-Python twin in prefetchd/write/pycore.py that gives the same
- * bytes for the same input; prefetchd/write/core.py picks one of the two at import. The
- * contract of each function is documented there, once.
+ * Every function here has a pure-Python twin in prefetchd/kernel/twin.py that gives the same
+ * bytes for the same input (both satisfy prefetchd/kernel/protocol.py's RecordKernel);
+ * prefetchd/kernel/choice.py picks one of the two at import. The contract of each function is
+ * documented in twin.py, once.
  *
  * A batch of frames is two buffers: `data`, TFRecord frames back to back, and `ends`, the
  * native uint64 end offset of each frame in `data`. Orders and picks are native uint32.
@@ -58,7 +60,7 @@ static int need_crc(void) {
     return 1;
 }
 
-/* Raise ValueError(offset, reason): pycore raises FramingError with the same arguments. */
+/* Raise ValueError(offset, reason): the twin raises FramingError with the same arguments. */
 static PyObject *framing_error(uint64_t offset, const char *reason) {
     PyObject *args = Py_BuildValue("(Ks)", (unsigned long long)offset, reason);
     if (args != NULL) {
@@ -126,7 +128,7 @@ static size_t features_len(const feature_t *fs, int n) {
     return total;
 }
 
-/* Size of the serialized Example; features must be sorted by name, as pycore sorts them. */
+/* Size of the serialized Example; features must be sorted by name, as the twin sorts them. */
 static size_t example_len(const feature_t *fs, int n) { return field_len(features_len(fs, n)); }
 
 static uint8_t *put_feature(uint8_t *p, const feature_t *f) {
@@ -648,7 +650,7 @@ static int tar_ext_ok(const uint8_t *ext, size_t n) {
     return 1;
 }
 
-/* Scan `b` for samples (see pycore.frame_tar). Fills `s` with the complete samples; returns
+/* Scan `b` for samples (see twin.frame_tar). Fills `s` with the complete samples; returns
  * the status and sets *consumed. */
 static Py_ssize_t tar_scan(tar_scan_t *s, const uint8_t *b, size_t len, int final, int at_start,
                            size_t *consumed) {
@@ -1191,7 +1193,7 @@ done:
     return result;
 }
 
-/* --- seeded choices: SplitMix64, the same sequence as pycore.SplitMix64 ------------------ */
+/* --- seeded choices: SplitMix64, the same sequence as twin.SplitMix64 --------------------- */
 
 static uint64_t splitmix(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -1281,8 +1283,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "prefetchd.write._native",
-    "The writer's per-record loops in C (see prefetchd/write/pycore.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "prefetchd.kernel._native",
+    "The record kernel's per-record loops in C (see prefetchd/kernel/twin.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

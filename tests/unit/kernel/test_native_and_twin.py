@@ -1,5 +1,5 @@
-"""The C core (``prefetchd.write._native``) gives the same bytes as its pure-Python twin
-(``prefetchd.write.pycore``) for every operation, including the errors on bad input."""
+"""The C kernel (``prefetchd.kernel._native``) gives the same bytes as its pure-Python twin
+(``prefetchd.kernel.twin``) for every operation, including the errors on bad input."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from prefetchd.tfrecord import FramingError, frame
-from prefetchd.write import core, pycore
+from prefetchd.kernel import choice, twin
+from prefetchd.kernel.framing import FramingError, frame
 
-native = pytest.importorskip("prefetchd.write._native")
-if core.crc32c_address() is None:
-    pytest.skip("no libcrc32c for the C core", allow_module_level=True)
-native.set_crc32c(core.crc32c_address())
+native = pytest.importorskip("prefetchd.kernel._native")
+if choice.crc32c_address() is None:
+    pytest.skip("no libcrc32c for the C kernel", allow_module_level=True)
+native.set_crc32c(choice.crc32c_address())
 
 rng = random.Random(20260601)
 KEY = b"logs/part-0.jsonl"
@@ -46,7 +46,7 @@ def text(lines: int) -> bytes:
 )
 @pytest.mark.parametrize("final", [False, True])
 def test_frame_lines(buf: bytes, final: bool) -> None:
-    same(pycore.frame_lines(buf, KEY, 7, final), native.frame_lines(buf, KEY, 7, final))
+    same(twin.frame_lines(buf, KEY, 7, final), native.frame_lines(buf, KEY, 7, final))
 
 
 def test_frame_lines_with_large_line_numbers_and_keys() -> None:
@@ -54,30 +54,30 @@ def test_frame_lines_with_large_line_numbers_and_keys() -> None:
     for first in (1, 127, 128, 2**31, 2**62):
         key = "k" * rng.choice([0, 1, 127, 128, 20000])
         same(
-            pycore.frame_lines(buf, key.encode(), first, True),
+            twin.frame_lines(buf, key.encode(), first, True),
             native.frame_lines(buf, key.encode(), first, True),
         )
 
 
 def test_frame_records_and_examples() -> None:
     payloads = [b"", b"a", rng.randbytes(300), rng.randbytes(70000)]
-    same(pycore.frame_records(payloads), native.frame_records(payloads))
+    same(twin.frame_records(payloads), native.frame_records(payloads))
     samples: list[list[tuple[bytes, bytes | int]]] = [
         [(b"data", rng.randbytes(1000)), (b"key", b"k")],
         [(b"a", -1), (b"b", 2**63 - 1), (b"c", -(2**63)), (b"d", 0)],
         [],
         [("ü".encode(), b"")],
     ]
-    same(pycore.frame_examples(samples), native.frame_examples(samples))
+    same(twin.frame_examples(samples), native.frame_examples(samples))
 
 
 @pytest.mark.parametrize("bad", [2**63, True, 1.5, "text"])
 def test_frame_examples_rejects_what_encode_example_rejects(bad: object) -> None:
     sample = [[(b"x", bad)]]
     with pytest.raises((TypeError, ValueError)) as python_error:
-        pycore.frame_examples(sample)  # type: ignore[arg-type]
+        twin.frame_examples(sample)  # type: ignore[arg-type]
     with pytest.raises(python_error.type):
-        native.frame_examples(sample)  # type: ignore[arg-type]
+        native.frame_examples(sample)
 
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 200_000, 3 * 1024 * 1024])
@@ -88,16 +88,18 @@ def test_frame_file_example_is_frame_examples_with_the_file_read_into_it(
     content = rng.randbytes(size)
     path = tmp_path / "object"
     path.write_bytes(content)
-    others = [(b"b", 7), (b"c", b"x" * 200)]
+    others: list[tuple[bytes, bytes | int | None]] = [(b"b", 7), (b"c", b"x" * 200)]
     at = {"first": 0, "middle": 1, "last": 2}[where]
     sample: list[tuple[bytes, bytes | int | None]] = [*others]
     sample.insert(at, (b"a" if at == 0 else b"bb" if at == 1 else b"d", None))
-    filled = [(name, content if value is None else value) for name, value in sample]
-    expected = pycore.frame_examples([filled])  # type: ignore[list-item]
+    filled: list[tuple[bytes, bytes | int]] = [
+        (name, content if value is None else value) for name, value in sample
+    ]
+    expected = twin.frame_examples([filled])
     fd = os.open(path, os.O_RDONLY)
     try:
         same(native.frame_file_example(sample, fd, size), expected)
-        same(pycore.frame_file_example(sample, fd, size), expected)
+        same(twin.frame_file_example(sample, fd, size), expected)
     finally:
         os.close(fd)
 
@@ -112,7 +114,7 @@ def test_frame_file_example_gives_none_unless_the_file_holds_exactly_size_bytes(
     try:
         for size in (0, 9, 11, 100):  # the file grew, or shrank, since its size was taken
             assert native.frame_file_example(sample, fd, size) is None
-            assert pycore.frame_file_example(sample, fd, size) is None
+            assert twin.frame_file_example(sample, fd, size) is None
     finally:
         os.close(fd)
 
@@ -126,7 +128,7 @@ def test_frame_file_example_rejects_what_is_not_one_file_value(sample: Any, tmp_
     fd = os.open(path, os.O_RDONLY)
     try:
         with pytest.raises(TypeError):
-            pycore.frame_file_example(sample, fd, 3)
+            twin.frame_file_example(sample, fd, 3)
         with pytest.raises(TypeError):
             native.frame_file_example(sample, fd, 3)
     finally:
@@ -136,7 +138,7 @@ def test_frame_file_example_rejects_what_is_not_one_file_value(sample: Any, tmp_
 def test_frame_file_example_raises_the_os_error_of_the_read() -> None:
     sample: list[tuple[bytes, bytes | int | None]] = [(b"data", None)]
     with pytest.raises(OSError):
-        pycore.frame_file_example(sample, 987654, 3)
+        twin.frame_file_example(sample, 987654, 3)
     with pytest.raises(OSError):
         native.frame_file_example(sample, 987654, 3)
 
@@ -152,11 +154,11 @@ def test_index_and_read_frames(tmp_path: Path) -> None:
     try:
         size = os.fstat(fd).st_size
         offsets = native.index_file(fd, size)
-        assert offsets == pycore.index_file(fd, size)
+        assert offsets == twin.index_file(fd, size)
         order, _ = native.permutation(300, 5)
         for start, max_bytes in ((0, 1), (0, 10**9), (17, 100_000), (299, 1)):
             same(
-                pycore.read_frames(fd, size, offsets, order, start, max_bytes),
+                twin.read_frames(fd, size, offsets, order, start, max_bytes),
                 native.read_frames(fd, size, offsets, order, start, max_bytes),
             )
     finally:
@@ -164,7 +166,7 @@ def test_index_and_read_frames(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["flip-data", "flip-length", "truncate", "garbage"])
-def test_both_cores_report_the_same_framing_error(tmp_path: Path, damage: str) -> None:
+def test_both_kernels_report_the_same_framing_error(tmp_path: Path, damage: str) -> None:
     data = bytearray(b"".join(frame(b"%05d" % i) for i in range(100)))
     if damage == "flip-data":
         data[len(data) // 2] ^= 0x01
@@ -177,7 +179,7 @@ def test_both_cores_report_the_same_framing_error(tmp_path: Path, damage: str) -
     path = tmp_path / "f"
     path.write_bytes(bytes(data))
     errors = []
-    for impl in (pycore, native):
+    for impl in (twin, native):
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
@@ -185,7 +187,7 @@ def test_both_cores_report_the_same_framing_error(tmp_path: Path, damage: str) -
             order = array("I", range(len(offsets) // 8)).tobytes()
             impl.read_frames(fd, size, offsets, order, 0, 10**9)
         except ValueError as exc:
-            errors.append(core.framing_error(exc))
+            errors.append(choice.framing_error(exc))
         finally:
             os.close(fd)
     assert len(errors) == 2 and all(isinstance(e, FramingError) for e in errors)
@@ -198,7 +200,7 @@ def check_file_result(impl: Any, path: Path) -> tuple[int, str] | None:
     try:
         impl.check_file(fd, os.fstat(fd).st_size)
     except ValueError as exc:
-        error = core.framing_error(exc)
+        error = choice.framing_error(exc)
         return error.offset, error.reason
     finally:
         os.close(fd)
@@ -206,7 +208,7 @@ def check_file_result(impl: Any, path: Path) -> tuple[int, str] | None:
 
 
 MiB = 1024 * 1024
-# Records around the C core's 1 MiB read: frames straddle its chunks, one spans several.
+# Records around the C kernel's 1 MiB read: frames straddle its chunks, one spans several.
 CHECK_SIZES = [0, 5, 70000, MiB - 20, MiB, 3 * MiB + 7, 12, 0, 999_999]
 
 
@@ -247,13 +249,13 @@ def checked_file(damage: str) -> bytes:
         "garbage-header",
     ],
 )
-def test_both_cores_check_a_whole_file_alike(tmp_path: Path, damage: str) -> None:
+def test_both_kernels_check_a_whole_file_alike(tmp_path: Path, damage: str) -> None:
     """The downloader's check of a TFRecord object (every frame's CRCs, in file order): both
     cores find the same first fault, at the same offset, with the same reason, across the C
-    core's 1 MiB reads; an intact file passes both."""
+    kernel's 1 MiB reads; an intact file passes both."""
     path = tmp_path / "f"
     path.write_bytes(checked_file(damage))
-    found = check_file_result(pycore, path)
+    found = check_file_result(twin, path)
     assert found == check_file_result(native, path)
     assert (found is None) == (damage == "none"), found
 
@@ -261,14 +263,17 @@ def test_both_cores_check_a_whole_file_alike(tmp_path: Path, damage: str) -> Non
 def test_check_file_of_an_empty_file_passes_and_of_a_stub_fails(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"")
-    assert check_file_result(native, path) is None is check_file_result(pycore, path)
+    assert check_file_result(native, path) is None is check_file_result(twin, path)
     path.write_bytes(b"\x01")
     assert check_file_result(native, path) == (0, "truncated record header")
-    assert check_file_result(pycore, path) == (0, "truncated record header")
+    assert check_file_result(twin, path) == (0, "truncated record header")
 
 
 def batch(n: int) -> tuple[bytes, bytes]:
-    return native.frame_records([rng.randbytes(rng.randrange(0, 200)) for _ in range(n)])
+    framed: tuple[bytes, bytes] = native.frame_records(
+        [rng.randbytes(rng.randrange(0, 200)) for _ in range(n)]
+    )
+    return framed
 
 
 def test_take_across_parts() -> None:
@@ -276,7 +281,7 @@ def test_take_across_parts() -> None:
     parts = [(a[0], a[1], 3, 40), (b[0], b[1], 0, 10), (a[0], a[1], 0, 0)]
     order, _ = native.permutation(47, 11)
     for start, stop in ((0, 47), (5, 20), (9, 9)):
-        same(pycore.take(parts, order, start, stop), native.take(parts, order, start, stop))
+        same(twin.take(parts, order, start, stop), native.take(parts, order, start, stop))
     with pytest.raises(IndexError):
         native.take([(a[0], a[1], 0, 41)], order, 0, 1)
     with pytest.raises(IndexError):
@@ -290,7 +295,7 @@ def test_interleave_stops_at_limit_and_at_an_empty_source() -> None:
         cursors = [array("Q", [0, 2, 7]) for _ in range(2)]
         got = [
             impl.interleave(sources, c, picks, start, limit)
-            for impl, c in zip((pycore, native), cursors, strict=True)
+            for impl, c in zip((twin, native), cursors, strict=True)
         ]
         same(got[0], got[1])
         assert cursors[0] == cursors[1]
@@ -298,15 +303,15 @@ def test_interleave_stops_at_limit_and_at_an_empty_source() -> None:
 
 def test_seeded_draws_are_the_same_in_both() -> None:
     for n, state in ((0, 1), (1, 2), (2, 3), (1000, 2**64 - 1)):
-        same(pycore.permutation(n, state), native.permutation(n, state))
+        same(twin.permutation(n, state), native.permutation(n, state))
     for n, k, state in ((1, 5, 0), (8, 10000, 42), (3, 0, 7)):
-        same(pycore.picks(n, k, state), native.picks(n, k, state))
+        same(twin.picks(n, k, state), native.picks(n, k, state))
     perm, _ = native.permutation(1000, 1)
     assert sorted(memoryview(perm).cast("I")) == list(range(1000))
 
 
 def test_masked_crc_is_tensorflows() -> None:
-    from prefetchd.tfrecord import masked_crc
+    from prefetchd.kernel.framing import masked_crc
 
     for data in (b"", b"123456789", rng.randbytes(100_000)):
         assert native.masked_crc(data) == masked_crc(data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from prefetchd.write.example import FeatureValue, encode_example
+from prefetchd.kernel.example_encode import FeatureValue, encode_example
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from prefetchd.tfrecord import (
+from prefetchd.kernel.framing import (
     FRAME_OVERHEAD,
     FramingError,
     frame,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from prefetchd.tfrecord import FRAME_OVERHEAD, FramingError, frame, iter_records, read_records
+from prefetchd.kernel.framing import FRAME_OVERHEAD, FramingError, frame, iter_records, read_records
 
 _rng = random.Random(20261203)
 RECORDS = [

@@ -1,9 +1,11 @@
-"""The writer's per-batch operations in pure Python: the fallback of the C core, and its
-reference (``_native.c`` must give the same bytes for the same arguments; tests compare them).
+"""The record kernel in pure Python: the fallback of the C kernel, and its reference
+(``_native.c`` must give the same bytes for the same arguments; tests compare them, and fuzz
+the sanitized C build against this module). Both are a ``protocol.RecordKernel``.
 
 Batches are ``(data, ends)``: TFRecord frames back to back and the uint64 end offset of each
-(see ``frames.py``). ``order`` and ``picks`` buffers hold native uint32. Every seeded choice
-comes from ``SplitMix64``, so both cores draw the same numbers from the same 64-bit state.
+(see ``write/frames.py``). ``order`` and ``picks`` buffers hold native uint32. Every seeded
+choice comes from ``SplitMix64``, so both kernels draw the same numbers from the same 64-bit
+state.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from prefetchd.tfrecord import (
+from prefetchd.kernel.example_encode import FeatureValue, encode_example
+from prefetchd.kernel.framing import (
     FOOTER,
     FRAME_OVERHEAD,
     HEADER,
@@ -25,7 +28,7 @@ from prefetchd.tfrecord import (
     index_records,
     masked_crc,
 )
-from prefetchd.write.example import encode_example
+from prefetchd.kernel.protocol import TAR_END, TAR_FALLBACK
 
 _M64 = (1 << 64) - 1
 Batch = tuple[bytes, "array[int]"]
@@ -47,7 +50,9 @@ def _batch(frames: list[bytes]) -> Batch:
     return b"".join(frames), ends
 
 
-def frame_lines(buf: bytes, key: bytes, first: int, final: bool) -> tuple[bytes, Any, int, int]:
+def frame_lines(
+    buf: bytes, key: bytes, first: int, final: bool
+) -> tuple[bytes, array[int], int, int]:
     """Frame each complete line of ``buf`` as Example{data, key, line_number}.
 
     Lines end at ``\\n`` (one ``\\r`` before it is dropped too); with ``final`` the rest after
@@ -73,9 +78,9 @@ def frame_records(payloads: Sequence[bytes]) -> Batch:
     return _batch([frame(p) for p in payloads])
 
 
-def frame_examples(samples: list[list[tuple[bytes, bytes | int]]]) -> Batch:
+def frame_examples(samples: list[list[tuple[bytes, FeatureValue]]]) -> Batch:
     """Frame each sample as a tf.train.Example: a list of ``(name, value)`` sorted by name
-    (``example.sorted_features``), values bytes or int64."""
+    (``example_encode.sorted_features``), values bytes or int64."""
     return _batch(
         [
             frame(encode_example({n.decode("utf-8", "surrogateescape"): v for n, v in s}))
@@ -85,11 +90,11 @@ def frame_examples(samples: list[list[tuple[bytes, bytes | int]]]) -> Batch:
 
 
 def frame_file_example(
-    sample: list[tuple[bytes, bytes | int | None]], fd: int, size: int
+    sample: list[tuple[bytes, FeatureValue | None]], fd: int, size: int
 ) -> Batch | None:
     """One sample whose ``None`` value is the ``size`` bytes of file ``fd`` (from offset 0),
     framed as ``frame_examples`` frames it with those bytes as that value; None if the file
-    does not hold exactly ``size`` bytes (the C core reads them straight into the frame)."""
+    does not hold exactly ``size`` bytes (the C kernel reads them straight into the frame)."""
     hole = next((i for i, (_, value) in enumerate(sample) if value is None), None)
     if hole is None:
         raise TypeError("frame_file_example() needs one None value")
@@ -98,7 +103,7 @@ def frame_file_example(
     data = _pread_all(fd, size + 1)
     if len(data) != size:
         return None
-    # A second None stays None: encode_example rejects it, as the C core does.
+    # A second None stays None: encode_example rejects it, as the C kernel does.
     filled = [(name, data if i == hole else value) for i, (name, value) in enumerate(sample)]
     return frame_examples([filled])  # type: ignore[list-item]
 
@@ -116,7 +121,6 @@ def _pread_all(fd: int, n: int) -> bytes:
 
 
 _BLOCK = 512
-TAR_END, TAR_FALLBACK = 0, -1
 TAR_SKIP_LIMIT = 1 << 20  # a larger member without extension: tarfile streams past it
 _TAR_MAX_SIZE = 1 << 62
 _TAR_NUMBERS = ((100, 8), (108, 8), (116, 8), (136, 12), (329, 8), (337, 8))
@@ -124,7 +128,7 @@ _OCTAL = re.compile(rb" *[0-7]* *\Z")
 _ZEROS = bytes(_BLOCK)
 
 
-def frame_tar(buf: bytes, final: bool, at_start: bool) -> tuple[bytes, Any, int, int]:
+def frame_tar(buf: bytes, final: bool, at_start: bool) -> tuple[bytes, array[int], int, int]:
     """Frame each complete sample of a chunk of a tar stream as Example{key, <ext>: data...}.
 
     ``buf`` starts at a member header (the stream's start when ``at_start``); ``final`` says
@@ -283,7 +287,8 @@ def _tar_ext_ok(ext: bytes) -> bool:
 
 def index_file(fd: int, size: int) -> bytes:
     """The start offset of every frame of an uncompressed TFRecord file, as uint64 bytes;
-    length CRCs checked. Raises ``FramingError`` (the C core: ``ValueError(offset, reason)``)."""
+    length CRCs checked. Raises ``FramingError`` (the C kernel: ``ValueError(offset,
+    reason)``)."""
     return index_records(fd, size).tobytes()
 
 
@@ -291,7 +296,7 @@ def check_file(fd: int, size: int) -> None:
     """Every frame of the uncompressed TFRecord file of ``size`` bytes open as ``fd``, in file
     order: its header's length CRC, that its data and footer are there, its data CRC; the
     frames must end exactly at ``size``. Raises ``FramingError`` at the first fault (the C
-    core: ``ValueError(offset, reason)``, reading 1 MiB at a time without the GIL)."""
+    kernel: ``ValueError(offset, reason)``, reading 1 MiB at a time without the GIL)."""
     pos = 0
     while pos < size:
         header = os.pread(fd, HEADER_SIZE, pos) if size - pos >= HEADER_SIZE else b""
@@ -311,7 +316,7 @@ def check_file(fd: int, size: int) -> None:
 
 def read_frames(
     fd: int, size: int, offsets: bytes, order: bytes, start: int, max_bytes: int
-) -> tuple[bytes, Any, int]:
+) -> tuple[bytes, array[int], int]:
     """The frames ``order[start:stop]`` of the file (offsets from ``index_file``), copied as
     they lie, data CRCs checked; ``stop`` is where the frames reach ``max_bytes`` (at least
     one frame). Returns ``(data, ends, stop)``."""

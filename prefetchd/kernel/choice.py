@@ -1,10 +1,10 @@
-"""Which implementation of the writer's per-batch operations runs: the C core or Python.
+"""Which record kernel runs: the C one or its Python twin, chosen once at import.
 
-``IMPL`` is ``prefetchd.write._native`` (built by ``setup.py`` when a compiler is there) once
-it has been given the address of a vetted CRC32C function, else ``prefetchd.write.pycore``.
-Both give the same bytes for the same input and seed (tested). ``PREFETCHD_NATIVE=0`` in the
-environment forces Python. ``ACTIVE`` says which one runs, for the log and
-``prefetchd check``.
+``KERNEL`` is ``prefetchd.kernel._native`` (built by ``setup.py`` when a compiler is there)
+once it has been given the address of a vetted CRC32C function, else ``prefetchd.kernel.twin``.
+Both give the same bytes for the same input and seed (tested), and both are a
+``RecordKernel`` (mypy checks it below). ``PREFETCHD_NATIVE=0`` in the environment forces
+Python. ``ACTIVE`` says which one runs, for the log and ``prefetchd check``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,17 @@ import ctypes.util
 import logging
 import os
 from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
 
-from prefetchd.tfrecord import FramingError
-from prefetchd.write import pycore
+from prefetchd.kernel import twin
+from prefetchd.kernel.framing import FramingError
+from prefetchd.kernel.protocol import RecordKernel
+
+if TYPE_CHECKING:  # mypy's proof that both implementations keep the contract
+    from prefetchd.kernel import _native
+
+    _C: RecordKernel = _native
+    _PYTHON: RecordKernel = twin
 
 log = logging.getLogger(__name__)
 
@@ -47,29 +54,30 @@ def _extend_address(library: str) -> int | None:
     return int(address) if address else None
 
 
-def _load() -> tuple[ModuleType, str]:
-    """The C core if it is built, enabled and has a CRC32C, else Python; and why."""
+def _load() -> tuple[RecordKernel, str]:
+    """The C kernel if it is built, enabled and has a CRC32C, else the twin; and why.
+    (The reasons keep their words: ``prefetchd check`` and the writers' log show them.)"""
     if os.environ.get("PREFETCHD_NATIVE", "1") == "0":
-        return pycore, "python (PREFETCHD_NATIVE=0)"
+        return twin, "python (PREFETCHD_NATIVE=0)"
     try:
-        from prefetchd.write import _native
+        from prefetchd.kernel import _native
     except ImportError:
-        return pycore, "python (the C core prefetchd.write._native is not built)"
+        return twin, "python (the C core prefetchd.kernel._native is not built)"
     address = crc32c_address()
     if address is None:
-        return pycore, "python (no libcrc32c found for the C core)"
+        return twin, "python (no libcrc32c found for the C core)"
     try:
         _native.set_crc32c(address)
     except ValueError as exc:
-        return pycore, f"python (the C core refused libcrc32c: {exc})"
+        return twin, f"python (the C core refused libcrc32c: {exc})"
     return _native, "native (C core with libcrc32c)"
 
 
-IMPL, ACTIVE = _load()
+KERNEL, ACTIVE = _load()
 
 
 def framing_error(exc: ValueError) -> FramingError:
-    """The ``FramingError`` a core raised: Python raises it as such, C as
+    """The ``FramingError`` a kernel raised: the twin raises it as such, C as
     ``ValueError(offset, reason)``."""
     if isinstance(exc, FramingError):
         return exc

@@ -59,7 +59,7 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 
 
 def sorted_features(features: Mapping[str, FeatureValue]) -> list[tuple[bytes, FeatureValue]]:
-    """``features`` as the C core's ``frame_examples`` takes them: ``(UTF-8 name, value)`` in
+    """``features`` as the C kernel's ``frame_examples`` takes them: ``(UTF-8 name, value)`` in
     the order ``encode_example`` writes them (UTF-8 byte order is code point order)."""
     return [(_name(name), features[name]) for name in sorted(features)]
 
