@@ -32,11 +32,11 @@ def name(seq: int) -> str:
 
 
 def logged_as_published(layout: Layout, *seqs: int) -> dict[int, set[str]]:
-    download_log = DownloadLog(layout.progress)
+    download_log = DownloadLog(layout)
     for seq in seqs:
         download_log.append(0, name(seq), PUBLISHED)
     download_log.close_all()
-    return read_logs(DownloadLog(layout.progress))
+    return read_logs(DownloadLog(layout))
 
 
 def test_a_logged_part_is_published_and_an_unlogged_one_removed(layout: Layout) -> None:

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from prefetchd.exactly_once.download_log import PUBLISHED, SKIPPED, DownloadLog
-from prefetchd.layout import key_hash, object_name
+from prefetchd.layout import Layout, key_hash, object_name
+from tests.unit.configs import unit_config
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    layout = Layout.of(unit_config(tmp_path))
+    layout.create()
+    return layout
 
 
 def name(epoch: int, seq: int) -> str:
@@ -21,42 +29,42 @@ def digest(epoch: int, seq: int) -> str:
     return name(epoch, seq).rpartition("-")[2]
 
 
-def test_published_and_skipped_objects_are_read_back_after_a_restart(tmp_path: Path) -> None:
-    before = DownloadLog(tmp_path)
+def test_published_and_skipped_objects_are_read_back_after_a_restart(layout: Layout) -> None:
+    before = DownloadLog(layout)
     before.append(0, name(0, 0), PUBLISHED)
     before.append(0, name(0, 1), SKIPPED)
     before.append(1, name(1, 0), PUBLISHED)
     before.close_all()
-    after = DownloadLog(tmp_path)
+    after = DownloadLog(layout)
     assert after.epochs() == [0, 1]
     assert after.read(0) == {digest(0, 0), digest(0, 1)}
     assert after.read(1) == {digest(1, 0)}
-    assert (tmp_path / "e0.log").read_text() == f"P {digest(0, 0)}\nS {digest(0, 1)}\n"
+    assert layout.download_log(0).read_text() == f"P {digest(0, 0)}\nS {digest(0, 1)}\n"
 
 
-def test_an_epoch_without_a_log_has_nothing_logged(tmp_path: Path) -> None:
-    log = DownloadLog(tmp_path)
+def test_an_epoch_without_a_log_has_nothing_logged(layout: Layout) -> None:
+    log = DownloadLog(layout)
     assert log.epochs() == []
     assert log.read(3) == set()
 
 
-def test_a_line_a_crash_cut_short_is_ignored(tmp_path: Path) -> None:
-    (tmp_path / "e0.log").write_text(f"P {digest(0, 0)}\nP")
-    assert DownloadLog(tmp_path).read(0) == {digest(0, 0)}
+def test_a_line_a_crash_cut_short_is_ignored(layout: Layout) -> None:
+    layout.download_log(0).write_text(f"P {digest(0, 0)}\nP")
+    assert DownloadLog(layout).read(0) == {digest(0, 0)}
 
 
-def test_a_restarted_run_appends_to_the_log_it_finds(tmp_path: Path) -> None:
-    (tmp_path / "e0.log").write_text(f"P {digest(0, 0)}\n")
-    log = DownloadLog(tmp_path)
+def test_a_restarted_run_appends_to_the_log_it_finds(layout: Layout) -> None:
+    layout.download_log(0).write_text(f"P {digest(0, 0)}\n")
+    log = DownloadLog(layout)
     log.append(0, name(0, 1), PUBLISHED)
     log.close(0)
     assert log.read(0) == {digest(0, 0), digest(0, 1)}
 
 
 def test_each_line_is_one_write_on_a_log_opened_once_per_epoch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = DownloadLog(tmp_path)
+    log = DownloadLog(layout)
     calls: list[str] = []
     for fn in ("open", "write", "close"):
         real = getattr(os, fn)
