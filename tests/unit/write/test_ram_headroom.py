@@ -56,8 +56,8 @@ def publish_shard(writer: Writer) -> bool:
     try:
         for _ in range(50):
             writer._step()
-            if writer.shard is not None and writer.shard.size >= SHARD:
-                writer._publish()
+            if writer.publisher.shard is not None and writer.publisher.shard.size >= SHARD:
+                writer.publisher.publish()
                 return True
     except Interrupted:
         return False
@@ -84,7 +84,9 @@ def test_a_trainer_keeping_its_checkpointed_shards_still_gets_the_next_one(
     for seq in range(4):
         arrive(config, 1, seq)
     later._refill()
-    assert {o.epoch for o in oldest.open} == {0} and {o.epoch for o in later.open} == {1}
+    assert {o.epoch for o in oldest.mixer.open} == {0} and {o.epoch for o in later.mixer.open} == {
+        1
+    }
 
     assert publish_shard(oldest)
     kept = trainer_claims(layout)  # the trainer reads the first shard ...

@@ -18,8 +18,10 @@ from prefetchd.tfrecord import read_records
 from prefetchd.write import core
 from prefetchd.write.formats import get_format
 from prefetchd.write.frames import Frames
+from prefetchd.write.mixing import Mixer
+from prefetchd.write.objects import OpenObject
 from prefetchd.write.shuffle import Holding, shuffled_frames
-from prefetchd.write.writer import OpenObject, Writer
+from prefetchd.write.writer import Writer
 
 BUCKET = "bucket"
 MIB = 1024**2
@@ -49,8 +51,8 @@ class HeldCounter(ChildContext):
     def should_stop(self) -> bool:
         writer = self.writer
         if writer is not None:
-            self.max_held = max(self.max_held, writer.held_bytes())
-            large = sum(o.held() > writer.normal_hold for o in writer.open)
+            self.max_held = max(self.max_held, writer.mixer.held_bytes())
+            large = sum(o.held() > writer.mixer.normal_hold for o in writer.mixer.open)
             self.max_large = max(self.max_large, large)
         return bool(self.counters.get("objects_consumed", 0) >= self.objects)
 
@@ -128,8 +130,8 @@ def test_a_writer_holds_one_large_record_at_a_time_whatever_the_mix(
     assert ctx.max_large == 1, "one large batch at a time, and the count saw it"
     writer = ctx.writer
     assert writer is not None
-    assert writer.normal_hold < big_line(mix), "the lines are large for this mix"
-    bound = (mix - 1) * writer.normal_hold + max_record(mix) + writer.normal_hold
+    assert writer.mixer.normal_hold < big_line(mix), "the lines are large for this mix"
+    bound = (mix - 1) * writer.mixer.normal_hold + max_record(mix) + writer.mixer.normal_hold
     assert ctx.max_held <= bound, f"held {ctx.max_held / MIB:.0f} MiB > {bound / MIB:.0f} MiB"
     assert ctx.max_held < 2 * big_line(mix), "never two large lines at once"
 
@@ -139,8 +141,8 @@ def test_without_the_bound_the_count_sees_several_large_records(
 ) -> None:
     """The counting above can tell: with the rule switched off, a writer with ``mix`` 4 holds
     several large records at once (what ``docs/reliability.md`` measured before)."""
-    monkeypatch.setattr(Writer, "_may_fetch", lambda self, obj: True)
-    monkeypatch.setattr(Writer, "_over_share", lambda self: False)
+    monkeypatch.setattr(Mixer, "may_fetch", lambda self, obj: True)
+    monkeypatch.setattr(Mixer, "holding_large", lambda self: False)
     config, sources = prepare(tmp_path, 6, 4)
     ctx, got = run_counted(config, 6)
     assert got == expected(sources, 4)
@@ -170,16 +172,16 @@ def test_objects_that_all_wait_go_on_anyway_one_after_another(tmp_path: Path) ->
     time, each drained or given its batch; none is left parked with nothing to mix."""
     config, _ = prepare(tmp_path, 0, 4)
     writer = Writer(HeldCounter(config, 0), 0)
-    large = Frames.of(*core.IMPL.frame_records([bytes(writer.normal_hold)]))
+    large = Frames.of(*core.IMPL.frame_records([bytes(writer.mixer.normal_hold)]))
     later = OpenObject("later", "k", 1, tmp_path / "x", iter([]), frames=large)
     empty = [OpenObject(f"e{i}", "k", 0, tmp_path / "x", iter([]), waiting=True) for i in range(2)]
     small = Frames.of(*core.IMPL.frame_records([b"r"]))
     last = OpenObject("last", "k", 0, tmp_path / "x", iter([small]), waiting=True)
-    writer.open = [*empty, last, later]
-    writer._resume_waiting()
-    assert [o.name for o in writer.finished] == ["e0", "e1"], "drained, one after another"
-    assert writer.open == [last, later] and not last.waiting and len(last.frames) == 1
-    assert writer._mixable() == [last]
+    writer.mixer.open = [*empty, last, later]
+    writer.mixer.resume_waiting()
+    assert [o.name for o in writer.mixer.finished] == ["e0", "e1"], "drained, one after another"
+    assert writer.mixer.open == [last, later] and not last.waiting and len(last.frames) == 1
+    assert writer.mixer.mixable() == [last]
 
 
 def test_the_block_shuffle_holds_a_large_record_once_and_says_what_it_keeps() -> None:

@@ -16,7 +16,8 @@ import pytest
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import Layout, parse_object_name
 from prefetchd.supervise.child import ChildContext
-from prefetchd.write.writer import STEAL_AFTER, Writer
+from prefetchd.write.arrivals import STEAL_AFTER
+from prefetchd.write.writer import Writer
 from tests.unit.write.writerkit import FakeClock, lines_config, publish
 
 OBJECTS = 12
@@ -63,7 +64,7 @@ def test_two_writers_take_their_own_shares_without_a_rename_in_vain(
         Watch(Layout.of(config).cache_ready, IN_MOVED_TO) as w0,
         Watch(Layout.of(config).cache_ready, IN_MOVED_TO) as w1,
     ):
-        writers[0].arrivals, writers[1].arrivals = w0, w1
+        writers[0].arrivals.watch, writers[1].arrivals.watch = w0, w1
         taken: list[list[str]] = [[], []]
         for seq in range(OBJECTS):  # each arrival seen by both, as inotify wakes both
             publish(config, 0, seq, b'{"a": 1}\n')
@@ -84,7 +85,7 @@ def test_a_writer_takes_the_share_of_one_that_does_not_after_steal_after(
     config = lines_config(tmp_path, epochs={}, output={"writers": 2, "mix": OBJECTS})
     alive = Writer(ChildContext("writer-0", config), 0)  # writer-1 is busy, or down
     with Watch(Layout.of(config).cache_ready, IN_MOVED_TO) as arrivals:
-        alive.arrivals = arrivals
+        alive.arrivals.watch = arrivals
         for seq in range(OBJECTS):
             publish(config, 0, seq, b'{"a": 1}\n')
         assert claimed_seqs(claim_all(alive)) == list(range(0, OBJECTS, 2))

@@ -15,7 +15,7 @@ from tests.unit.configs import BUCKET, unit_config
 
 
 class FakeClock:
-    """``time.monotonic`` for the writer module (the ``clock`` fixture installs it)."""
+    """``time.monotonic`` for the writer's modules (the ``clock`` fixture installs it)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
