@@ -6,7 +6,7 @@ last checkpoint covers until its next ``position()`` — with a checkpoint every
 holds three while it waits for the fourth. Shards of the next epoch, which no trainer reads
 before this one ends, used to take all of the budget but ``writers x chunk``: the writer of the
 oldest epoch then had no room for the shard the trainer waited for, and the trainer no way to
-free any (the soak's trainer checkpoints every two shards). Two real writers share one budget
+free any (the soak's trainer checkpoints every two shards). Two real writers use one budget
 here; the trainer's claims are renames, as ``ready_files()`` makes them. A writer that would
 wait for room raises ``Interrupted`` (its stop flag is set), so nothing blocks: the test counts.
 """
@@ -77,7 +77,7 @@ def test_a_trainer_keeping_its_checkpointed_shards_still_gets_the_next_one(
 ) -> None:
     layout = Layout.of(config)
     oldest, later = stopping_writer(config, 0), stopping_writer(config, 1)
-    for seq in (0, 2):  # in writer 0's share (seq % 2 == 0): it takes them at once
+    for seq in (0, 2):  # writer 0's turn (seq % 2 == 0): it takes them at once
         arrive(config, 0, seq)
     oldest._refill()
     layout.downloaded_marker(0).write_text("{}")  # epoch 0 is all in hand: writer 1 moves on

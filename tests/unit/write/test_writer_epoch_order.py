@@ -81,7 +81,7 @@ def test_a_restarted_writer_waits_for_the_earlier_epoch_instead_of_taking_the_ne
     clock.now += 10 * IDLE_FLUSH
     turn(writer)
     assert writer.mixer.open == [], "waiting longer changes nothing"
-    arrive(config, 0, 2)  # epoch 0's last object, fetched again after a fault (writer 0's share)
+    arrive(config, 0, 2)  # epoch 0's last object, fetched again after a fault (writer 0's turn)
     turn(writer)
     assert open_epochs(writer) == [0], "the late object of epoch 0 is taken at once"
 
@@ -111,7 +111,7 @@ def test_an_earlier_object_listed_after_the_marker_goes_first(
     arrive(config, 1, 0)
     turn(writer)  # lists ready/: only epoch 1's object, and epoch 0 not downloaded
     assert writer.mixer.open == []
-    arrive(config, 0, 2)  # in writer 0's share (seq % 2 == 0), as epoch 1's object is
+    arrive(config, 0, 2)  # writer 0's turn (seq % 2 == 0), as epoch 1's object is
     downloaded(config, 0)
     writer._refill()  # chooses from the old listing: epoch 1's object
     assert writer.mixer.open == [], "it looked again and found epoch 0's object first"

@@ -1,6 +1,6 @@
 """The writer's memory bound, counted in-process (DESIGN.md invariant 8): whatever ``output.mix``
 is, at most one of a writer's open objects holds a large record's batch at a time, so the bytes
-its open objects hold stay within ``mix`` normal shares plus one ``max_record_size``; every
+its open objects hold stay within ``mix`` normal holds (``normal_hold``) plus one ``max_record_size``; every
 record still arrives exactly once, and records well under a batch mix as before."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ MIB = 1024**2
 
 
 def big_line(mix: int) -> int:
-    """A line just over a writer's normal share per open object (``Writer.normal_hold``: twice
+    """A line just over what an open object normally holds (``Mixer.normal_hold``: twice
     its shuffle block plus two input batches; 10 MiB with mix 8, 18 MiB with mix 4)."""
     return 2 * max(256 * 1024, 32 * MIB // mix) + 3 * MIB
 
@@ -39,7 +39,7 @@ def max_record(mix: int) -> int:
 
 class HeldCounter(ChildContext):
     """Counts, at every turn of the writer's loop, the bytes its open objects hold and how many
-    of them hold more than a normal share; stops once every object is consumed."""
+    of them hold more than ``normal_hold``; stops once every object is consumed."""
 
     def __init__(self, config: Config, objects: int) -> None:
         super().__init__("writer-0", config)

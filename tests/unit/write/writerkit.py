@@ -1,4 +1,4 @@
-"""What the writer tests that drive a ``Writer`` step by step share: a ``lines`` config,
+"""What the writer tests that drive a ``Writer`` step by step have in common: a ``lines`` config,
 objects published into ``cache/ready`` as the downloader publishes them (meta first, then a
 rename), and a clock for the writer module that moves only when the test says so."""
 

@@ -1,5 +1,5 @@
-"""Writers share the arrivals by seq: each takes its own share at once and another writer's
-only once that one left it waiting ``STEAL_AFTER``, so no rename is made in vain per object
+"""Writers take turns at the arrivals by seq: each takes the objects of its turn at once and
+another writer's only once that one left them waiting ``STEAL_AFTER``, so no rename is made in vain per object
 (the claim race), and no object waits long on a writer that is busy or down. Driven on a fake
 clock: renames are counted, never timed."""
 
@@ -55,7 +55,7 @@ def renames(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     return counts
 
 
-def test_two_writers_take_their_own_shares_without_a_rename_in_vain(
+def test_two_writers_take_their_own_turns_without_a_rename_in_vain(
     tmp_path: Path, clock: FakeClock, renames: collections.Counter[str]
 ) -> None:
     config = lines_config(tmp_path, epochs={}, output={"writers": 2, "mix": OBJECTS})
@@ -73,13 +73,13 @@ def test_two_writers_take_their_own_shares_without_a_rename_in_vain(
             clock.now += 0.001
         assert claimed_seqs(taken[0]) == list(range(0, OBJECTS, 2))
         assert claimed_seqs(taken[1]) == list(range(1, OBJECTS, 2))
-        # Long after, each writer's look at the other's share finds it gone: no rename tried.
+        # Long after, each writer's look at the other's turn finds it gone: no rename tried.
         clock.now += 10 * STEAL_AFTER
         assert claim_all(writers[0]) == claim_all(writers[1]) == []
     assert renames == {"ok": OBJECTS}
 
 
-def test_a_writer_takes_the_share_of_one_that_does_not_after_steal_after(
+def test_a_writer_takes_the_turn_of_one_that_does_not_after_steal_after(
     tmp_path: Path, clock: FakeClock, renames: collections.Counter[str]
 ) -> None:
     config = lines_config(tmp_path, epochs={}, output={"writers": 2, "mix": OBJECTS})
