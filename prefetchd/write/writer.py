@@ -96,9 +96,8 @@ class Writer:
         )
         self.arrivals = Arrivals(layout, index, out.writers)
         self.epochs = EpochOrder(layout, self.arrivals, out.writers)
-        claimed = self.arrivals.claimed
         self.reader = ObjectReader(
-            ctx, self.counters, self.format, layout, index, claimed, self._report
+            ctx, self.counters, self.format, layout, index, self.arrivals.claimed, self._report
         )
         self.mixer = Mixer(self.reader, self.counters, config.epochs.seed, index)
         self.clock = FlushClock(layout, out.mix)
