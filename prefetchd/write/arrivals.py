@@ -61,10 +61,11 @@ class Arrivals:
             if e.name.startswith(self.prefix)
         )
 
-    def claim_next(self, admit: Callable[[int], bool]) -> str | None:
+    def claim_next(self, current: int | None, switch: Callable[[int], bool]) -> str | None:
         """Rename the next object ``_pick`` chooses into this writer's claimed set; None if
-        there is none now. ``admit(epoch)`` says whether the writer takes an object of
-        that epoch now (it may list ready/ again: the choice is then made anew)."""
+        there is none now. One of another epoch than ``current`` (the epoch being written)
+        only if ``switch(epoch)`` says the writer moves on to it now (it may list ready/
+        again: the choice is then made anew)."""
         self.list()
         while self.listing:
             now = time.monotonic()
@@ -80,10 +81,11 @@ class Arrivals:
             if not self.my_turn(seq) and now - self.listed_at >= STEAL_AFTER:
                 self.list(force=True)  # the writer whose turn it is may have taken it since
                 continue
-            if not admit(epoch):
-                return None
-            if self.listing[i : i + 1] != [name]:  # admit listed ready/ again
-                continue  # choose from the new listing
+            if epoch != current:
+                if not switch(epoch):
+                    return None
+                if self.listing[i : i + 1] != [name]:  # switch listed ready/ again
+                    continue  # choose from the new listing
             self.listing.pop(i)
             self.first_seen.pop(name, None)
             try:

@@ -191,12 +191,16 @@ class Mixer:
     def _next_batch(self, obj: OpenObject) -> None:
         """Move ``obj`` to its next batch; drain or quarantine it at its end."""
         try:
-            more = self.reader.next_batch(obj)
+            frames = next(obj.batches)
+            while not len(frames):
+                frames = next(obj.batches)
+        except StopIteration:
+            self._drained(obj)
+            return
         except Exception as exc:  # any exception from parsing input quarantines that object
             self._quarantine(obj, exc)
             return
-        if not more:
-            self._drained(obj)
+        obj.frames, obj.cursor = frames, 0
 
     def _drained(self, obj: OpenObject) -> None:
         self.open.remove(obj)

@@ -138,18 +138,6 @@ class ObjectReader:
             self._validate(obj)
         self.skip(obj, resume_at)  # which also reads the first batch
 
-    @staticmethod
-    def next_batch(obj: OpenObject) -> bool:
-        """Move ``obj`` to its next batch; False at its end. Raises what parsing raises."""
-        try:
-            frames = next(obj.batches)
-            while not len(frames):
-                frames = next(obj.batches)
-        except StopIteration:
-            return False
-        obj.frames, obj.cursor = frames, 0
-        return True
-
     def _checked_whole(self, meta: dict[str, object], key: str, path: Path) -> bool:
         """Whether the object is known good before its first record is taken, so reading it
         through first (``_validate``) would only repeat work: the format checks all of it first,

@@ -101,9 +101,6 @@ class Publisher:
             return self.shard_size - self.shard.size
         return self.shard_size
 
-    def full(self) -> bool:
-        return self.shard is not None and self.shard.size >= self.shard_size
-
     def shard_for(self, epoch: int) -> ShardFile:
         """The shard records of ``epoch`` go into: the current one, or a new one (the current
         one published first if it is of another epoch)."""

@@ -157,8 +157,9 @@ class Writer:
                 self.arrivals.wait(0.05)
                 continue
             self._step()
-            if self.publisher.full() or (
-                self.publisher.shard is not None and self.clock.trainers_starved()
+            shard = self.publisher.shard
+            if shard is not None and (
+                shard.size >= self.publisher.shard_size or self.clock.trainers_starved()
             ):
                 self.publisher.publish()
             self._report()
@@ -210,24 +211,21 @@ class Writer:
 
     def _claim_next(self) -> str | None:
         """Claim the next object this writer may take now (``Arrivals.claim_next``)."""
-        return self.arrivals.claim_next(self._admit)
-
-    def _admit(self, epoch: int) -> bool:
-        """Whether to take an object of ``epoch`` now: one of the epoch being written at once;
-        one of another only once this writer has nothing open and nothing left to publish, and
-        the epochs' order allows it (``EpochOrder.may_switch``); its shard is published first."""
         open_ = self.mixer.open
         current = open_[0].epoch if open_ else self.publisher.shard_epoch
-        if epoch == current:
-            return True
-        if (
-            open_
-            or self.mixer.finished
-            or not self.epochs.may_switch(epoch, self.publisher.shard_epoch)
-        ):
+        return self.arrivals.claim_next(current, self._switch)
+
+    def _switch(self, epoch: int) -> bool:
+        """Whether to move on to an object of ``epoch``, not the one being written: only once
+        this writer has nothing open and nothing left to publish, and the epochs' order allows
+        it (``EpochOrder.may_switch``); the last shard is published first."""
+        publisher = self.publisher
+        if self.mixer.open or self.mixer.finished:
             return False  # finish this epoch's shard before starting another
-        self.publisher.publish()
-        self.publisher.shard_epoch = None
+        if not self.epochs.may_switch(epoch, publisher.shard_epoch):
+            return False
+        publisher.publish()
+        publisher.shard_epoch = None
         return True
 
     def _open(self, name: str, *, resume_at: int) -> None:
