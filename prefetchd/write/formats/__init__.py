@@ -76,7 +76,7 @@ def read_whole_first(fmt: Format, key: str, path: str) -> bool:
     """Whether ``fmt`` reads or checks all of the object before it gives its first record
     (``raw``: one record; an uncompressed ``tfrecord`` object of one batch), so a bad object
     fails before any record is taken; other objects are read through once first (the
-    writer's ``_validate``)."""
+    writer's ``ObjectReader._validate``)."""
     method = getattr(fmt, "read_whole_first", None)
     return bool(method(key, path)) if method is not None else False
 

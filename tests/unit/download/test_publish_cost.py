@@ -27,7 +27,7 @@ from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import Layout, key_hash, object_name
-from prefetchd.write import writer as writer_module
+from prefetchd.write import arrivals as arrivals_module
 from prefetchd.write.writer import Writer
 from tests.unit.configs import unit_config
 
@@ -178,7 +178,7 @@ def test_a_writer_waiting_on_an_empty_ready_dir_lists_it_only_when_something_arr
     # nearly every loop, and listed ready/ again each time (3 listings per object).
     writer = Writer(ChildContext("writer-0", config), 0)
     with Watch(layout.cache_ready, IN_MOVED_TO) as arrivals:
-        writer.arrivals = arrivals
+        writer.arrivals.watch = arrivals
         with Syscalls(monkeypatch).counting() as syscalls:
             for _ in range(100):
                 assert writer._claim_next() is None
@@ -190,7 +190,7 @@ def test_a_writer_waiting_on_an_empty_ready_dir_lists_it_only_when_something_arr
             downloader._drain_results()
             name = writer._claim_next()  # the arrival is seen at once, not after a timeout
     assert name is not None
-    assert os.listdir(layout.cache_claimed) == [Path(writer._claimed(name)).name]
+    assert os.listdir(layout.cache_claimed) == [Path(writer.arrivals.claimed(name)).name]
 
 
 def test_a_writer_claims_each_arrival_by_the_name_inotify_gave_without_listing_ready(
@@ -200,18 +200,18 @@ def test_a_writer_claims_each_arrival_by_the_name_inotify_gave_without_listing_r
     # getdents, close: 5 syscalls per object per writer) to find the one name inotify had
     # already reported. The age limit of a listing (a missed event) is lifted here so that
     # the count does not depend on how fast this runs.
-    monkeypatch.setattr(writer_module, "LISTING_MAX_AGE", 3600.0)
+    monkeypatch.setattr(arrivals_module, "LISTING_MAX_AGE", 3600.0)
     writer = Writer(ChildContext("writer-0", config), 0)
     downloader = Downloader(ChildContext("downloader", config))
     with Watch(layout.cache_ready, IN_MOVED_TO) as arrivals:
-        writer.arrivals = arrivals
+        writer.arrivals.watch = arrivals
         assert writer._claim_next() is None  # the first look lists ready/ (empty)
         claimed = []
         with Syscalls(monkeypatch).counting() as syscalls:
             for job in fetched_jobs(config, layout, downloader):
                 downloader._transfer_done(job)
                 downloader._drain_results()  # one object published...
-                writer._wait_for_arrivals(timeout=5)
+                writer.arrivals.wait(timeout=5)
                 name = writer._claim_next()  # ...and claimed by the name inotify gave
                 assert name == job.name
                 claimed.append(name)
@@ -219,5 +219,5 @@ def test_a_writer_claims_each_arrival_by_the_name_inotify_gave_without_listing_r
             assert writer._claim_next() is None  # nothing left, and still no listing
             assert syscalls.calls["listdir"] == 0
     assert sorted(os.listdir(layout.cache_claimed)) == sorted(
-        Path(writer._claimed(name)).name for name in claimed
+        Path(writer.arrivals.claimed(name)).name for name in claimed
     )

@@ -6,7 +6,7 @@ last checkpoint covers until its next ``position()`` — with a checkpoint every
 holds three while it waits for the fourth. Shards of the next epoch, which no trainer reads
 before this one ends, used to take all of the budget but ``writers x chunk``: the writer of the
 oldest epoch then had no room for the shard the trainer waited for, and the trainer no way to
-free any (the soak's trainer checkpoints every two shards). Two real writers share one budget
+free any (the soak's trainer checkpoints every two shards). Two real writers use one budget
 here; the trainer's claims are renames, as ``ready_files()`` makes them. A writer that would
 wait for room raises ``Interrupted`` (its stop flag is set), so nothing blocks: the test counts.
 """
@@ -56,8 +56,8 @@ def publish_shard(writer: Writer) -> bool:
     try:
         for _ in range(50):
             writer._step()
-            if writer.shard is not None and writer.shard.size >= SHARD:
-                writer._publish()
+            if writer.publisher.shard is not None and writer.publisher.shard.size >= SHARD:
+                writer.publisher.publish()
                 return True
     except Interrupted:
         return False
@@ -77,14 +77,16 @@ def test_a_trainer_keeping_its_checkpointed_shards_still_gets_the_next_one(
 ) -> None:
     layout = Layout.of(config)
     oldest, later = stopping_writer(config, 0), stopping_writer(config, 1)
-    for seq in (0, 2):  # in writer 0's share (seq % 2 == 0): it takes them at once
+    for seq in (0, 2):  # writer 0's turn (seq % 2 == 0): it takes them at once
         arrive(config, 0, seq)
     oldest._refill()
     layout.downloaded_marker(0).write_text("{}")  # epoch 0 is all in hand: writer 1 moves on
     for seq in range(4):
         arrive(config, 1, seq)
     later._refill()
-    assert {o.epoch for o in oldest.open} == {0} and {o.epoch for o in later.open} == {1}
+    assert {o.epoch for o in oldest.mixer.open} == {0} and {o.epoch for o in later.mixer.open} == {
+        1
+    }
 
     assert publish_shard(oldest)
     kept = trainer_claims(layout)  # the trainer reads the first shard ...

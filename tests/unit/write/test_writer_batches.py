@@ -25,7 +25,8 @@ from prefetchd.kernel.framing import frame, read_records
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.seeds import object_rng
 from prefetchd.write.formats import get_format, shuffled_object, shuffled_object_frames
-from prefetchd.write.writer import SHUFFLE_BYTES, SHUFFLE_RECORDS, OpenObject, Writer
+from prefetchd.write.objects import SHUFFLE_BYTES, SHUFFLE_RECORDS, ObjectReader, OpenObject
+from prefetchd.write.writer import Writer
 
 BUCKET = "bucket"
 
@@ -202,7 +203,7 @@ def test_resuming_skips_exactly_the_journalled_count(tmp_path: Path) -> None:
     full = [r for f in batches() for r in f.payloads()]
     for skip in (0, 1, 699, 700, 4999, 5000, 6000):
         obj = OpenObject("n", key, 0, path, batches())
-        Writer._skip(obj, skip)
+        ObjectReader.skip(obj, skip)
         rest = list(obj.frames.payloads())[obj.cursor :] + [
             r for f in obj.batches for r in f.payloads()
         ]

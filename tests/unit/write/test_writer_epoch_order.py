@@ -20,7 +20,8 @@ from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import Layout
-from prefetchd.write.writer import IDLE_FLUSH, Writer
+from prefetchd.write.flush import IDLE_FLUSH
+from prefetchd.write.writer import Writer
 from tests.unit.write.writerkit import FakeClock, lines_config, publish
 
 
@@ -46,25 +47,25 @@ def writer(config: Config) -> Iterator[Writer]:
     writer = Writer(ChildContext("writer-0", config), 0)
     writer._recover()
     with Watch(Layout.of(config).cache_ready, IN_MOVED_TO) as arrivals:
-        writer.arrivals = arrivals
+        writer.arrivals.watch = arrivals
         yield writer
 
 
 def turn(writer: Writer) -> None:
     """One turn of the writer's loop with nothing open: note arrivals, open what it may."""
-    writer._wait_for_arrivals(0)
+    writer.arrivals.wait(0)
     writer._refill()
 
 
 def open_epochs(writer: Writer) -> list[int]:
-    return [obj.epoch for obj in writer.open]
+    return [obj.epoch for obj in writer.mixer.open]
 
 
 def write_all(writer: Writer) -> None:
     """Turns of the writer's loop until its open objects are drained, then publish."""
     for _ in range(100):
-        if not writer.open:
-            writer._publish()
+        if not writer.mixer.open:
+            writer.publisher.publish()
             return
         writer._step()
     raise AssertionError("100 steps did not drain a few small objects")
@@ -75,12 +76,12 @@ def test_a_restarted_writer_waits_for_the_earlier_epoch_instead_of_taking_the_ne
 ) -> None:
     later = arrive(config, 1, 0)
     turn(writer)
-    assert writer.open == [], "epoch 0 is not downloaded: its objects may still arrive"
+    assert writer.mixer.open == [], "epoch 0 is not downloaded: its objects may still arrive"
     assert (Layout.of(config).cache_ready / later).exists()
     clock.now += 10 * IDLE_FLUSH
     turn(writer)
-    assert writer.open == [], "waiting longer changes nothing"
-    arrive(config, 0, 2)  # epoch 0's last object, fetched again after a fault (writer 0's share)
+    assert writer.mixer.open == [], "waiting longer changes nothing"
+    arrive(config, 0, 2)  # epoch 0's last object, fetched again after a fault (writer 0's turn)
     turn(writer)
     assert open_epochs(writer) == [0], "the late object of epoch 0 is taken at once"
 
@@ -95,7 +96,7 @@ def test_a_writer_moves_on_only_once_the_epoch_is_downloaded(
     write_all(writer)
     clock.now += 10 * IDLE_FLUSH  # input dried up: it used to move on to epoch 1 here
     turn(writer)
-    assert writer.open == [], "epoch 0 can still bring an object: no shard of epoch 1 yet"
+    assert writer.mixer.open == [], "epoch 0 can still bring an object: no shard of epoch 1 yet"
     downloaded(config, 0)
     turn(writer)
     assert open_epochs(writer) == [1], "epoch 0 downloaded: its objects are all in hand"
@@ -109,10 +110,10 @@ def test_an_earlier_object_listed_after_the_marker_goes_first(
     moves on, and takes the earlier object."""
     arrive(config, 1, 0)
     turn(writer)  # lists ready/: only epoch 1's object, and epoch 0 not downloaded
-    assert writer.open == []
-    arrive(config, 0, 2)  # in writer 0's share (seq % 2 == 0), as epoch 1's object is
+    assert writer.mixer.open == []
+    arrive(config, 0, 2)  # writer 0's turn (seq % 2 == 0), as epoch 1's object is
     downloaded(config, 0)
     writer._refill()  # chooses from the old listing: epoch 1's object
-    assert writer.open == [], "it looked again and found epoch 0's object first"
+    assert writer.mixer.open == [], "it looked again and found epoch 0's object first"
     writer._refill()
     assert open_epochs(writer) == [0]

@@ -13,13 +13,8 @@ from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.kernel.framing import read_records
 from prefetchd.layout import Layout
-from prefetchd.write.writer import (
-    FIRST_SHARDS,
-    STARVED_FILL,
-    STARVED_FLUSH,
-    STARVED_FLUSH_MAX,
-    Writer,
-)
+from prefetchd.write.flush import FIRST_SHARDS, STARVED_FILL, STARVED_FLUSH, STARVED_FLUSH_MAX
+from prefetchd.write.writer import Writer
 from tests.unit.write.writerkit import FakeClock, lines_config, publish
 
 LINES = 8000  # ~3.4 MiB per object: several steps (STEP_BYTES) each
@@ -59,8 +54,8 @@ def step_and_decide(writer: Writer) -> bool:
     object whose batch ran out, e.g. a newly opened one), then its publish decision."""
     for _ in range(8):
         writer._step()
-        if writer.shard is not None and writer.shard.records > 0:
-            return writer._trainers_starved()
+        if writer.publisher.shard is not None and writer.publisher.shard.records > 0:
+            return writer.clock.trainers_starved()
     raise AssertionError("eight steps wrote nothing")
 
 
@@ -71,18 +66,18 @@ def test_the_first_shards_go_out_after_one_step_each_while_trainers_wait(
     age, and ``prefetchd.tf.dataset`` waits for four shards: 0.75-1 s of a 2-3 s first batch."""
     writer, layout = writer_for(prepare(tmp_path, objects=1))
     writer._refill()
-    assert len(writer.open) == 1 < writer.config.output.mix
+    assert len(writer.mixer.open) == 1 < writer.config.output.mix
     assert not writer._filling(), "no wait to fill while the trainers have nothing to read"
     delivered = 0
     for published in range(FIRST_SHARDS):
         assert step_and_decide(writer), f"shard {published + 1} goes out with no time passed"
-        writer._publish()
+        writer.publisher.publish()
         delivered += trainer_claims_all(layout)
-    assert writer.published == FIRST_SHARDS
+    assert writer.clock.published == FIRST_SHARDS
     assert 0 < delivered < LINES, "small shards: records reach the trainer before the object ends"
     assert not step_and_decide(writer), "later shards age first"
     clock.now += STARVED_FLUSH
-    assert writer._trainers_starved(), "... and go out once STARVED_FLUSH old"
+    assert writer.clock.trainers_starved(), "... and go out once STARVED_FLUSH old"
 
 
 def test_no_early_shard_while_a_shard_is_ready(tmp_path: Path, clock: FakeClock) -> None:
@@ -95,7 +90,7 @@ def test_no_early_shard_while_a_shard_is_ready(tmp_path: Path, clock: FakeClock)
     assert writer._filling(), "... however long the shard there lasts it (until FILL_WAIT)"
     assert not step_and_decide(writer)
     clock.now += STARVED_FLUSH
-    assert not writer._trainers_starved()
+    assert not writer.clock.trainers_starved()
 
 
 def test_while_trainers_stay_starved_early_shards_age_longer_and_a_ready_shard_resets_that(
@@ -104,35 +99,35 @@ def test_while_trainers_stay_starved_early_shards_age_longer_and_a_ready_shard_r
     """A trainer waiting on the download reads at its pace whatever the shards' size, but
     pays per shard: early shards come every 0.2, 0.4, 0.8, then 1.0 s, not five a second."""
     writer, layout = writer_for(prepare(tmp_path, objects=2))
-    writer.published = FIRST_SHARDS
+    writer.clock.published = FIRST_SHARDS
     writer._refill()
     ages = []
     for _ in range(5):
         assert not step_and_decide(writer)
         waited = 0.0
-        while not writer._trainers_starved():
+        while not writer.clock.trainers_starved():
             clock.now += 0.05
             waited += 0.05
             assert waited < 2 * STARVED_FLUSH_MAX, "an early shard must still go out"
         ages.append(round(waited, 2))
-        writer._publish()
+        writer.publisher.publish()
         trainer_claims_all(layout)
     expected = [0.2, 0.4, 0.8, 1.0, 1.0]  # to one clock tick of 0.05 s
     assert all(e <= a <= e + 0.051 for a, e in zip(ages, expected, strict=True)), ages
     assert not step_and_decide(writer)
     (layout.ram_ready / "e00000-w01-0000000.tfrecord").write_bytes(b"")  # the trainer has one
     clock.now += STARVED_FLUSH_MAX
-    assert not writer._trainers_starved()
+    assert not writer.clock.trainers_starved()
     os.unlink(layout.ram_ready / "e00000-w01-0000000.tfrecord")
     clock.now += STARVED_FLUSH
-    assert writer._trainers_starved(), "starved anew: the first early shard comes quickly"
+    assert writer.clock.trainers_starved(), "starved anew: the first early shard comes quickly"
 
 
 def test_after_the_first_shards_a_starved_writer_waits_starved_fill_to_mix(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     writer, _ = writer_for(prepare(tmp_path, objects=1))
-    writer.published = FIRST_SHARDS  # as if this process had given its first shards
+    writer.clock.published = FIRST_SHARDS  # as if this process had given its first shards
     writer._refill()
     assert writer._filling(), "mixing first: fewer than output.mix objects are open"
     clock.now += STARVED_FILL
@@ -145,13 +140,13 @@ def test_an_idle_writer_gives_a_waiting_trainer_its_records(
     """Nothing open (its objects written, more still downloading): a shard the trainers wait
     for goes out at once during start-up, not IDLE_FLUSH after the last input."""
     writer, layout = writer_for(prepare(tmp_path, objects=1, lines=50))
-    writer.arrivals = NoArrivals()
+    writer.arrivals.watch = NoArrivals()  # type: ignore[assignment]
     writer._refill()
     assert not writer._filling()
-    while writer.open:
+    while writer.mixer.open:
         writer._step()
     writer._idle()
-    assert writer.published == 1
+    assert writer.clock.published == 1
     assert trainer_claims_all(layout) == 50, "every record of the object, in one shard"
 
 

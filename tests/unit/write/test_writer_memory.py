@@ -1,7 +1,8 @@
-"""The writer's memory bound, counted in-process (DESIGN.md invariant 8): whatever ``output.mix``
-is, at most one of a writer's open objects holds a large record's batch at a time, so the bytes
-its open objects hold stay within ``mix`` normal shares plus one ``max_record_size``; every
-record still arrives exactly once, and records well under a batch mix as before."""
+"""The writer's memory bound, counted in-process (docs/reliability.md, "Records near the
+limit"): whatever ``output.mix`` is, at most one of a writer's open objects holds a large
+record's batch at a time, so the bytes its open objects hold stay within ``mix`` times
+``normal_hold`` plus one ``max_record_size``; every record still arrives exactly once, and
+records well under a batch mix as before."""
 
 from __future__ import annotations
 
@@ -18,15 +19,17 @@ from prefetchd.kernel.framing import read_records
 from prefetchd.layout import Layout, key_hash, object_name, writer_claim_name
 from prefetchd.write.formats import get_format
 from prefetchd.write.frames import Frames
+from prefetchd.write.mixing import Mixer
+from prefetchd.write.objects import OpenObject
 from prefetchd.write.shuffle import Holding, shuffled_frames
-from prefetchd.write.writer import OpenObject, Writer
+from prefetchd.write.writer import Writer
 
 BUCKET = "bucket"
 MIB = 1024**2
 
 
 def big_line(mix: int) -> int:
-    """A line just over a writer's normal share per open object (``Writer.normal_hold``: twice
+    """A line just over what an open object normally holds (``Mixer.normal_hold``: twice
     its shuffle block plus two input batches; 10 MiB with mix 8, 18 MiB with mix 4)."""
     return 2 * max(256 * 1024, 32 * MIB // mix) + 3 * MIB
 
@@ -37,7 +40,7 @@ def max_record(mix: int) -> int:
 
 class HeldCounter(ChildContext):
     """Counts, at every turn of the writer's loop, the bytes its open objects hold and how many
-    of them hold more than a normal share; stops once every object is consumed."""
+    of them hold more than ``normal_hold``; stops once every object is consumed."""
 
     def __init__(self, config: Config, objects: int) -> None:
         super().__init__("writer-0", config)
@@ -49,8 +52,8 @@ class HeldCounter(ChildContext):
     def should_stop(self) -> bool:
         writer = self.writer
         if writer is not None:
-            self.max_held = max(self.max_held, writer.held_bytes())
-            large = sum(o.held() > writer.normal_hold for o in writer.open)
+            self.max_held = max(self.max_held, writer.mixer.held_bytes())
+            large = sum(o.held() > writer.mixer.normal_hold for o in writer.mixer.open)
             self.max_large = max(self.max_large, large)
         return bool(self.counters.get("objects_consumed", 0) >= self.objects)
 
@@ -128,8 +131,8 @@ def test_a_writer_holds_one_large_record_at_a_time_whatever_the_mix(
     assert ctx.max_large == 1, "one large batch at a time, and the count saw it"
     writer = ctx.writer
     assert writer is not None
-    assert writer.normal_hold < big_line(mix), "the lines are large for this mix"
-    bound = (mix - 1) * writer.normal_hold + max_record(mix) + writer.normal_hold
+    assert writer.mixer.normal_hold < big_line(mix), "the lines are large for this mix"
+    bound = (mix - 1) * writer.mixer.normal_hold + max_record(mix) + writer.mixer.normal_hold
     assert ctx.max_held <= bound, f"held {ctx.max_held / MIB:.0f} MiB > {bound / MIB:.0f} MiB"
     assert ctx.max_held < 2 * big_line(mix), "never two large lines at once"
 
@@ -139,8 +142,8 @@ def test_without_the_bound_the_count_sees_several_large_records(
 ) -> None:
     """The counting above can tell: with the rule switched off, a writer with ``mix`` 4 holds
     several large records at once (what ``docs/reliability.md`` measured before)."""
-    monkeypatch.setattr(Writer, "_may_fetch", lambda self, obj: True)
-    monkeypatch.setattr(Writer, "_over_share", lambda self: False)
+    monkeypatch.setattr(Mixer, "may_fetch", lambda self, obj: True)
+    monkeypatch.setattr(Mixer, "holding_large", lambda self: False)
     config, sources = prepare(tmp_path, 6, 4)
     ctx, got = run_counted(config, 6)
     assert got == expected(sources, 4)
@@ -170,16 +173,16 @@ def test_objects_that_all_wait_go_on_anyway_one_after_another(tmp_path: Path) ->
     time, each drained or given its batch; none is left parked with nothing to mix."""
     config, _ = prepare(tmp_path, 0, 4)
     writer = Writer(HeldCounter(config, 0), 0)
-    large = Frames.of(*choice.KERNEL.frame_records([bytes(writer.normal_hold)]))
+    large = Frames.of(*choice.KERNEL.frame_records([bytes(writer.mixer.normal_hold)]))
     later = OpenObject("later", "k", 1, tmp_path / "x", iter([]), frames=large)
     empty = [OpenObject(f"e{i}", "k", 0, tmp_path / "x", iter([]), waiting=True) for i in range(2)]
     small = Frames.of(*choice.KERNEL.frame_records([b"r"]))
     last = OpenObject("last", "k", 0, tmp_path / "x", iter([small]), waiting=True)
-    writer.open = [*empty, last, later]
-    writer._resume_waiting()
-    assert [o.name for o in writer.finished] == ["e0", "e1"], "drained, one after another"
-    assert writer.open == [last, later] and not last.waiting and len(last.frames) == 1
-    assert writer._mixable() == [last]
+    writer.mixer.open = [*empty, last, later]
+    writer.mixer.resume_waiting()
+    assert [o.name for o in writer.mixer.finished] == ["e0", "e1"], "drained, one after another"
+    assert writer.mixer.open == [last, later] and not last.waiting and len(last.frames) == 1
+    assert writer.mixer.mixable() == [last]
 
 
 def test_the_block_shuffle_holds_a_large_record_once_and_says_what_it_keeps() -> None:

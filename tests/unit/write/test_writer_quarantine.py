@@ -23,6 +23,7 @@ from prefetchd.kernel.framing import frame, read_records
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import get_format
+from prefetchd.write.objects import ObjectReader
 from prefetchd.write.writer import Writer
 
 BUCKET = "bucket"
@@ -200,13 +201,13 @@ def test_tfrecord_objects_the_downloader_checked_are_not_read_through_again(
             meta = {"key": key, "size": len(data), "records_ok": True}
             (meta_dir / f"{name}.json").write_text(json.dumps(meta))
     validated: list[str] = []
-    original = Writer._validate
+    original = ObjectReader._validate
 
-    def counting(self: Writer, obj: object) -> None:
+    def counting(self: ObjectReader, obj: object) -> None:
         validated.append(obj.key)  # type: ignore[attr-defined]
         original(self, obj)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Writer, "_validate", counting)
+    monkeypatch.setattr(ObjectReader, "_validate", counting)
     got, counters = run(config, len(bodies))
     want = Counter(r for _, data in bodies for r in read_records(io.BytesIO(data)))
     assert got == want and counters["objects_quarantined"] == 0

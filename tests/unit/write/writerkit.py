@@ -1,4 +1,4 @@
-"""What the writer tests that drive a ``Writer`` step by step share: a ``lines`` config,
+"""What the writer tests that drive a ``Writer`` step by step have in common: a ``lines`` config,
 objects published into ``cache/ready`` as the downloader publishes them (meta first, then a
 rename), and a clock for the writer module that moves only when the test says so."""
 
@@ -15,7 +15,7 @@ from tests.unit.configs import BUCKET, unit_config
 
 
 class FakeClock:
-    """``time.monotonic`` for the writer module (the ``clock`` fixture installs it)."""
+    """``time.monotonic`` for the writer's modules (the ``clock`` fixture installs it)."""
 
     def __init__(self) -> None:
         self.now = 1000.0

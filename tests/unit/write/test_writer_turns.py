@@ -1,7 +1,7 @@
-"""Writers share the arrivals by seq: each takes its own share at once and another writer's
-only once that one left it waiting ``STEAL_AFTER``, so no rename is made in vain per object
-(the claim race), and no object waits long on a writer that is busy or down. Driven on a fake
-clock: renames are counted, never timed."""
+"""Writers take turns at the arrivals by seq: each takes the objects of its turn at once and
+another writer's only once that one left them waiting ``STEAL_AFTER``, so no rename is made in
+vain per object (the claim race), and no object waits long on a writer that is busy or down.
+Driven on a fake clock: renames are counted, never timed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 from prefetchd.child.context import ChildContext
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import Layout, parse_object_name
-from prefetchd.write.writer import STEAL_AFTER, Writer
+from prefetchd.write.arrivals import STEAL_AFTER
+from prefetchd.write.writer import Writer
 from tests.unit.write.writerkit import FakeClock, lines_config, publish
 
 OBJECTS = 12
@@ -54,7 +55,7 @@ def renames(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     return counts
 
 
-def test_two_writers_take_their_own_shares_without_a_rename_in_vain(
+def test_two_writers_take_their_own_turns_without_a_rename_in_vain(
     tmp_path: Path, clock: FakeClock, renames: collections.Counter[str]
 ) -> None:
     config = lines_config(tmp_path, epochs={}, output={"writers": 2, "mix": OBJECTS})
@@ -63,7 +64,7 @@ def test_two_writers_take_their_own_shares_without_a_rename_in_vain(
         Watch(Layout.of(config).cache_ready, IN_MOVED_TO) as w0,
         Watch(Layout.of(config).cache_ready, IN_MOVED_TO) as w1,
     ):
-        writers[0].arrivals, writers[1].arrivals = w0, w1
+        writers[0].arrivals.watch, writers[1].arrivals.watch = w0, w1
         taken: list[list[str]] = [[], []]
         for seq in range(OBJECTS):  # each arrival seen by both, as inotify wakes both
             publish(config, 0, seq, b'{"a": 1}\n')
@@ -72,19 +73,19 @@ def test_two_writers_take_their_own_shares_without_a_rename_in_vain(
             clock.now += 0.001
         assert claimed_seqs(taken[0]) == list(range(0, OBJECTS, 2))
         assert claimed_seqs(taken[1]) == list(range(1, OBJECTS, 2))
-        # Long after, each writer's look at the other's share finds it gone: no rename tried.
+        # Long after, each writer's look at the other's turn finds it gone: no rename tried.
         clock.now += 10 * STEAL_AFTER
         assert claim_all(writers[0]) == claim_all(writers[1]) == []
     assert renames == {"ok": OBJECTS}
 
 
-def test_a_writer_takes_the_share_of_one_that_does_not_after_steal_after(
+def test_a_writer_takes_the_turn_of_one_that_does_not_after_steal_after(
     tmp_path: Path, clock: FakeClock, renames: collections.Counter[str]
 ) -> None:
     config = lines_config(tmp_path, epochs={}, output={"writers": 2, "mix": OBJECTS})
     alive = Writer(ChildContext("writer-0", config), 0)  # writer-1 is busy, or down
     with Watch(Layout.of(config).cache_ready, IN_MOVED_TO) as arrivals:
-        alive.arrivals = arrivals
+        alive.arrivals.watch = arrivals
         for seq in range(OBJECTS):
             publish(config, 0, seq, b'{"a": 1}\n')
         assert claimed_seqs(claim_all(alive)) == list(range(0, OBJECTS, 2))

@@ -1,0 +1,214 @@
+"""Mixing: a writer's next records drawn at random across its open objects, in bounded memory.
+
+The work is done a batch at a time: each open object gives batches of ready frames
+(``frames.Frames``), the choices of object are drawn ``PICKS`` at a time (seeded per epoch and
+writer), and one call (``choice.KERNEL.interleave``) copies up to ``STEP_BYTES`` of frames in the
+drawn order into one buffer that the shard takes in one write. Per record, no Python code runs
+on this path.
+
+Memory: each open object holds its current batch (and, in the block shuffle, what it keeps
+between batches); normally at most ``normal_hold`` bytes (twice its shuffle block plus two
+input batches). While one object is holding more (a record near ``output.max_record_size``),
+the writer takes records only from the objects whose batch is not used up and gives no other
+object a new batch nor opens one until it is back under (``may_fetch``): so one writer holds at
+most one large record's batch at a time, whatever ``output.mix`` is.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import NamedTuple
+
+from prefetchd.kernel import choice, twin
+from prefetchd.messages.counters import WriterCounters
+from prefetchd.seeds import mixing_rng
+from prefetchd.write.frames import BATCH_BYTES, EMPTY
+from prefetchd.write.objects import ObjectReader, OpenObject
+
+STEP_BYTES = 1024 * 1024  # frames copied per step: one write, one report and stop check
+PICKS = 16384  # choices of object drawn at once
+# Frames this large on average are written where they lie (one writev of views) instead of
+# copied into one buffer first: a Python step per frame (~0.5 us) costs less than copying
+# 16 KiB (bench.profile_writer medium, 16-128 KiB records: 5 % less writer CPU than at 64 KiB).
+LARGE_FRAME = 16 * 1024
+
+
+class Drawn(NamedTuple):
+    """Frames drawn for the shard: ``parts`` back to back hold ``records`` frames, after which
+    the choices stand at ``stop`` and each mixable object's cursor at ``cursors``."""
+
+    parts: list[bytes] | list[memoryview]
+    records: int
+    stop: int
+    cursors: array[int]
+
+
+def _large_frames(objects: list[OpenObject]) -> bool:
+    """Whether the current batches' frames average ``LARGE_FRAME`` bytes or more."""
+    frames = sum(len(o.frames) for o in objects)
+    return sum(len(o.frames.data) for o in objects) >= LARGE_FRAME * max(1, frames)
+
+
+class Mixer:
+    """A writer's open objects and the seeded choices among them.
+
+    Owns the open objects, those drained since the last shard (``finished``: deleted once it
+    is published), the choices of object drawn ahead (``picks`` from ``pick_at`` on, indices
+    into ``mixable()``, thrown away whenever that set changes) and their SplitMix64 state,
+    and the memory bound: which object may read its next batch (``may_fetch``), which wait."""
+
+    def __init__(
+        self, reader: ObjectReader, counters: WriterCounters, seed: int, index: int
+    ) -> None:
+        self.reader = reader
+        self.counters = counters
+        self.seed = seed
+        self.index = index
+        # what an open object holds at most with records well under a batch: its block, the
+        # batch it gave and its input batch (see may_fetch)
+        self.normal_hold = 2 * reader.shuffle_bytes + 2 * BATCH_BYTES
+        self.open: list[OpenObject] = []
+        self.finished: list[OpenObject] = []  # drained, deleted once their shard is published
+        self.mix_epoch: int | None = None  # the epoch mix_state was seeded for
+        self.mix_state = 0  # SplitMix64 state of the choices of object
+        self.picks = b""  # choices of object drawn ahead: uint32 indices into mixable()
+        self.pick_at = 0
+
+    def add(self, obj: OpenObject) -> None:
+        """Open ``obj`` for mixing: read up to its first record not yet taken, unless an object
+        is holding a large batch (only after a restart: the writer opens nothing else while
+        one is); then it waits for its turn to read (``resume_waiting``)."""
+        self.open.append(obj)
+        self.picks = b""  # the set of objects to choose from changed
+        if self.holding_large():
+            obj.waiting, obj.started = True, False
+            return
+        self._start(obj)
+
+    def mixable(self) -> list[OpenObject]:
+        """The open objects of the oldest open epoch (only after a restart can open objects
+        span two epochs; a shard holds one), but those waiting for a batch (``_park``)."""
+        epoch = min(o.epoch for o in self.open)
+        if epoch != self.mix_epoch:
+            self.mix_epoch = epoch
+            self.mix_state = mixing_rng(self.seed, epoch, self.index).getrandbits(64)
+            self.picks = b""
+        return [o for o in self.open if o.epoch == epoch and not o.waiting]
+
+    def draw(self, mixable: list[OpenObject], limit: int) -> Drawn:
+        """The next frames in the drawn order, at most ``limit`` bytes, up to the first pick of
+        an object whose batch ran out; the objects' cursors are not moved yet (``advance``)."""
+        if self.pick_at * 4 >= len(self.picks):
+            self._draw_picks(mixable)
+        cursors = array("Q", [o.cursor for o in mixable])
+        sources = [(o.frames.data, o.frames.ends) for o in mixable]
+        parts: list[bytes] | list[memoryview]
+        if _large_frames(mixable):  # write them where they lie: one copy less per byte
+            parts, stop = twin.interleave_views(sources, cursors, self.picks, self.pick_at, limit)
+        else:
+            data, stop = choice.KERNEL.interleave(sources, cursors, self.picks, self.pick_at, limit)
+            parts = [data]
+        return Drawn(parts, stop - self.pick_at, stop, cursors)
+
+    def advance(self, mixable: list[OpenObject], drawn: Drawn) -> None:
+        """Count ``drawn``'s frames as taken (they are written), then refill the objects whose
+        batch ran out: at once, so an object is drained as soon as its last record is in."""
+        if drawn.records:
+            for obj, cursor in zip(mixable, drawn.cursors, strict=True):
+                obj.taken += cursor - obj.cursor
+                obj.cursor = cursor
+        self.pick_at = drawn.stop
+        for obj in mixable:
+            if obj.cursor >= len(obj.frames):
+                if self.may_fetch(obj):
+                    self._next_batch(obj)
+                else:
+                    self._park(obj)
+
+    def _draw_picks(self, mixable: list[OpenObject]) -> None:
+        """Draw the next choices of object: no more than can be used before some object's
+        batch runs out (then the set may change and the rest would be thrown away)."""
+        left = sum(len(o.frames) - o.cursor for o in mixable)
+        count = min(PICKS, left + 1)
+        self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, self.mix_state)
+        self.pick_at = 0
+
+    # --- the memory bound: one large batch per writer -----------------------------------------
+
+    def held_bytes(self) -> int:
+        """The bytes the open objects hold: their batches and what their iterators keep."""
+        return sum(o.held() for o in self.open)
+
+    def holding_large(self) -> bool:
+        """Whether an open object holds more than ``normal_hold`` (a large record's batch)."""
+        return any(o.held() > self.normal_hold for o in self.open)
+
+    def may_fetch(self, obj: OpenObject) -> bool:
+        """Whether ``obj`` may read its next batch: only while no other open object holds more
+        than ``normal_hold``. So at most one object holds a large batch at a time; with
+        records well under a batch this is always true, and the mixing is as without it."""
+        limit = self.normal_hold
+        return all(o.held() <= limit for o in self.open if o is not obj)
+
+    def _park(self, obj: OpenObject) -> None:
+        """Park ``obj``, whose batch is used up, until ``may_fetch``: out of the mixing, its
+        used-up batch freed."""
+        obj.frames, obj.cursor, obj.waiting = EMPTY, 0, True
+        self.picks = b""  # the set of objects to choose from changed
+
+    def resume_waiting(self) -> None:
+        """Give the parked objects their next batch once they may (an object reopened after a
+        restart while another was holding a large batch: its first). If every object of the
+        oldest epoch waits (only possible after a restart), the first goes on anyway: progress
+        before the bound."""
+        for obj in [o for o in self.open if o.waiting]:
+            if self.may_fetch(obj):
+                self._fetch(obj)
+        while True:  # each turn un-parks an object or removes it (drained, quarantined)
+            epoch = min((o.epoch for o in self.open), default=None)
+            oldest = [o for o in self.open if o.epoch == epoch]
+            if not oldest or not all(o.waiting for o in oldest):
+                return
+            self._fetch(oldest[0])
+
+    def _fetch(self, obj: OpenObject) -> None:
+        obj.waiting = False
+        self.picks = b""  # the set of objects to choose from changed
+        if obj.started:
+            self._next_batch(obj)
+        else:
+            self._start(obj)
+
+    # --- reading, draining, setting aside -----------------------------------------------------
+
+    def _start(self, obj: OpenObject) -> None:
+        """Read ``obj`` up to its first record not yet taken; quarantine it if that fails."""
+        try:
+            self.reader.start(obj)
+        except Exception as exc:  # any exception from parsing input quarantines that object
+            self._quarantine(obj, exc)
+
+    def _next_batch(self, obj: OpenObject) -> None:
+        """Move ``obj`` to its next batch; drain or quarantine it at its end."""
+        try:
+            frames = next(obj.batches)
+            while not len(frames):
+                frames = next(obj.batches)
+        except StopIteration:
+            self._drained(obj)
+            return
+        except Exception as exc:  # any exception from parsing input quarantines that object
+            self._quarantine(obj, exc)
+            return
+        obj.frames, obj.cursor = frames, 0
+
+    def _drained(self, obj: OpenObject) -> None:
+        self.open.remove(obj)
+        self.picks = b""  # the set of objects to choose from changed
+        self.finished.append(obj)
+        self.counters["objects_consumed"] += 1
+
+    def _quarantine(self, obj: OpenObject, exc: Exception) -> None:
+        self.open.remove(obj)
+        self.picks = b""  # the set of objects to choose from changed
+        self.reader.quarantine(obj, exc)

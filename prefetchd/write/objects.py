@@ -1,0 +1,207 @@
+"""A writer's claimed raw objects: opened, read a batch of frames at a time, set aside when bad.
+
+With ``epochs.shuffle``, each open object's records come in a seeded random order: uncompressed
+TFRecord objects are shuffled whole by offsets; other objects pass through a block shuffle
+(``shuffle.py``), and the blocks of all open objects together hold at most ``SHUFFLE_BYTES``
+(or 256 KiB per object).
+
+An object is checked before its first record is taken (``ObjectReader.start``), so a bad one
+is quarantined with none of its records in a shard; whatever a parser raises on one object
+quarantines that object and nothing else (``quarantine.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prefetchd.atomic import read_small
+from prefetchd.child.context import ChildContext
+from prefetchd.config import Config
+from prefetchd.layout import Layout, parse_object_name
+from prefetchd.logs import escape_key
+from prefetchd.messages.counters import QuarantineCounter, WriterCounters
+from prefetchd.seeds import object_rng
+from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
+from prefetchd.write.formats import (
+    Format,
+    check_object,
+    object_frames,
+    read_whole_first,
+    shuffled_object_frames,
+)
+from prefetchd.write.formats.plugin import PluginFormat
+from prefetchd.write.frames import EMPTY, Frames
+from prefetchd.write.quarantine import ParseTimeout, Reason, classify
+from prefetchd.write.shuffle import Holding
+
+log = logging.getLogger(__name__)
+
+SHUFFLE_BYTES = 32 * 1024 * 1024
+SHUFFLE_RECORDS = 65536
+
+_REASON_COUNTER: dict[Reason, QuarantineCounter] = {
+    Reason.CORRUPT: "quarantined_corrupt",
+    Reason.TOO_LARGE: "quarantined_too_large",
+    Reason.TIMEOUT: "quarantined_timeout",
+    Reason.PLUGIN_ERROR: "quarantined_plugin_error",
+}
+
+
+@dataclass
+class OpenObject:
+    """A claimed raw object and how many of its records are already taken."""
+
+    name: str
+    key: str
+    epoch: int
+    path: Path
+    batches: Iterator[Frames]
+    frames: Frames = EMPTY  # the current batch; frames[cursor:] are still to be written
+    cursor: int = 0
+    taken: int = 0
+    holding: Holding = field(default_factory=Holding)  # what ``batches`` keeps besides frames
+    waiting: bool = False  # its batch ran out while another object was holding a large one
+    started: bool = True  # False: reopened after a restart, not yet read up to ``taken``
+    meta: dict[str, object] = field(default_factory=dict)  # the downloader's meta of it
+
+    def held(self) -> int:
+        """The bytes this object keeps in memory: its current batch and its iterator's."""
+        return len(self.frames.data) + self.holding.bytes
+
+
+class ObjectReader:
+    """Turns writer ``i``'s claimed objects into batches of frames, and removes them.
+
+    Owns the input format, the per-object shuffle's bound (``shuffle_bytes``), the note of
+    plugin reads that hung (``attempts.py``) and the local files of a claimed object: its meta
+    and its bytes (``delete``). ``quarantine`` logs and counts an object set aside for good."""
+
+    def __init__(
+        self,
+        ctx: ChildContext,
+        counters: WriterCounters,
+        format: Format,
+        layout: Layout,
+        index: int,
+        claimed: Callable[[str], str],
+        report: Callable[[], None],
+    ) -> None:
+        self.ctx = ctx
+        self.config: Config = ctx.config
+        self.counters = counters
+        self.format = format
+        self.layout = layout
+        self.claimed = claimed
+        self.report = report  # called while a large object is checked: stay visibly alive
+        self.shuffle_bytes = max(256 * 1024, SHUFFLE_BYTES // self.config.output.mix)
+        self.attempts = ParseAttempts(layout.parse_attempts_file(index))
+
+    def open(self, name: str, *, resume_at: int) -> OpenObject:
+        """The claimed object ``name``, its first ``resume_at`` records already taken; not
+        read yet (``start``)."""
+        path = Path(self.claimed(name))
+        meta_path = self.layout.meta_file(name)
+        parsed = parse_object_name(name)
+        assert parsed is not None
+        try:
+            meta = json.loads(read_small(meta_path))
+            key = meta["key"]
+        except (OSError, ValueError, KeyError, TypeError):
+            meta, key = {}, f"<unknown key of {name}>"
+        holding = Holding()
+        if self.config.epochs.shuffle:
+            batches = shuffled_object_frames(
+                self.format,
+                key,
+                str(path),
+                object_rng(self.config.epochs.seed, parsed[0], key).getrandbits(64),
+                max_records=SHUFFLE_RECORDS,
+                max_bytes=self.shuffle_bytes,
+                holding=holding,
+            )
+        else:
+            batches = object_frames(self.format, key, str(path))
+        obj = OpenObject(name, key, parsed[0], path, batches, taken=resume_at, holding=holding)
+        obj.meta = meta
+        return obj
+
+    def start(self, obj: OpenObject) -> None:
+        """Read ``obj`` through first if it needs it (``_validate``), then up to its first
+        record not yet taken (``obj.taken``, from the journal). Raises what parsing raises."""
+        resume_at, obj.taken, obj.started = obj.taken, 0, True
+        if resume_at == 0 and not self._checked_whole(obj.meta, obj.key, obj.path):
+            self._validate(obj)
+        self.skip(obj, resume_at)  # which also reads the first batch
+
+    def _checked_whole(self, meta: dict[str, object], key: str, path: Path) -> bool:
+        """Whether the object is known good before its first record is taken, so reading it
+        through first (``_validate``) would only repeat work: the format checks all of it first,
+        or the downloader found every TFRecord frame's CRCs right (``records_ok`` in its meta:
+        uncompressed ``tfrecord`` input, whose bytes went from its check into the cache file and
+        never left this host) and the object is too small to hold a record over
+        ``output.max_record_size``."""
+        if meta.get("records_ok") is True:
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_size <= self.config.output.max_record_size:
+                    return True
+        return read_whole_first(self.format, key, str(path))
+
+    def _validate(self, obj: OpenObject) -> None:
+        """Parse the whole object once, keeping nothing, before any of its records is taken:
+        a bad object is then quarantined with none of its records in a shard (see "Hostile
+        input" in docs/reliability.md). Raises what the format raises; with a plugin, also
+        ``ParseTimeout`` once ``MAX_ATTEMPTS`` reads of this object hung until the writer was
+        killed (``attempts.py``)."""
+        plugin = isinstance(self.format, PluginFormat)
+        if plugin and self.attempts.begin(obj.name) >= MAX_ATTEMPTS:
+            self.attempts.end(obj.name)
+            spec, limit = self.config.source.format, self.config.source.parse_timeout
+            raise ParseTimeout(obj.key, spec, limit, killed=MAX_ATTEMPTS)
+        try:
+            for _ in check_object(self.format, obj.key, str(obj.path)):
+                self.report()  # a large object takes a while: stay visibly alive
+        finally:
+            if plugin:
+                self.attempts.end(obj.name)
+
+    @staticmethod
+    def skip(obj: OpenObject, count: int) -> None:
+        """Pass over the first ``count`` records (those the journal says are in shards) and
+        stop in the batch that holds the next one."""
+        for frames in obj.batches:
+            if count - obj.taken < len(frames):
+                obj.frames, obj.cursor = frames, count - obj.taken
+                obj.taken = count
+                return
+            obj.taken += len(frames)
+
+    def quarantine(self, obj: OpenObject, exc: Exception) -> None:
+        """Set ``obj`` aside for good: deleted at once (so a restart cannot count it again),
+        logged once with its key and the reason, counted under its ``Reason``."""
+        reason, message = classify(exc)
+        self.delete(obj.name)
+        log.error(
+            "quarantined s3://%s/%s (%s): %s",
+            self.config.source.bucket,
+            escape_key(obj.key),
+            reason.value,
+            escape_key(message),
+        )
+        self.ctx.error(obj.key, message)
+        self.counters["errors"] += 1
+        self.counters["objects_consumed"] += 1
+        self.counters["objects_quarantined"] += 1
+        self.counters[_REASON_COUNTER[reason]] += 1
+
+    def delete(self, name: str) -> None:
+        """Remove a claimed object's meta, then its bytes (a meta whose object is gone then
+        always means the object vanished)."""
+        for path in (self.layout.meta_file(name), self.claimed(name)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
