@@ -16,7 +16,7 @@ batches); normally at most ``normal_hold`` bytes (twice its shuffle block plus t
 batches). While one object holds more (a record near ``output.max_record_size``), the writer
 takes records only from the objects whose batch is not used up and gives no other object a new
 batch nor opens one until it is back under (``_may_fetch``): so one writer holds at most one
-large record's batch at a time, whatever ``output.mix`` is (DESIGN.md invariant 8).
+large record's batch at a time, whatever ``output.mix`` is (docs/reliability.md invariant 8).
 
 The work is done a batch at a time: each open object gives batches of ready frames
 (``frames.Frames``), the choices of object are drawn ``PICKS`` at a time, and one call
