@@ -38,8 +38,8 @@ from typing import Any
 
 import psutil
 
-from bench.environment import ROOT
-from bench.runner import BUCKET
+from bench.harness.environment import ROOT
+from bench.harness.runner import BUCKET
 from prefetchd.config import default_client
 from testkit.counting_proxy import CountingProxy
 
