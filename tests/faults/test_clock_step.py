@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import READER, SIZES, finish_reader, read_status, wait_status
 
 from testkit.trainers import delivered, start_trainer
+from tests.faults.faultkit import READER, SIZES, finish_reader, read_status, wait_status
 
 pytestmark = pytest.mark.e2e
 HOUR = 3600

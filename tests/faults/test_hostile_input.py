@@ -28,8 +28,6 @@ from typing import Any
 import psutil
 import pytest
 import zstandard
-from conftest import DELETE
-from faultkit import HERE, read_status
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +35,8 @@ from prefetchd.config import load_config
 from prefetchd.tfrecord import frame
 from prefetchd.write.formats import get_format
 from testkit.trainers import finish_trainer, start_trainer
+from tests.conftest import DELETE
+from tests.faults.faultkit import HERE, read_status
 
 pytestmark = pytest.mark.e2e
 

@@ -14,19 +14,19 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import error_keys, finish_reader, ids_of, read_status, start_reader
-from faultproxy import FaultProxy, Rule
 
 from prefetchd.config import load_config
 from prefetchd.layout import Layout
 from prefetchd.supervise.status import read_status as read_status_record
 from prefetchd.supervise.status import render_table
 from testkit.trainers import delivered, tree_bytes
+from tests.faults.faultkit import error_keys, finish_reader, ids_of, read_status, start_reader
+from tests.faults.faultproxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.e2e
 CLIENTS = ["classic", "crt"]
@@ -35,11 +35,7 @@ SIZES = [3 * KIB, 40 * KIB, 700 * KIB, 90 * KIB, 1 * MIB, 12 * KIB, 300 * KIB, 5
 # One event per line: "<date> <time>,<ms> <LEVEL> prefetchd[<role>] <logger>: <message>"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ prefetchd\[[a-z0-9-]+\] ")
 
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint, seed=3) as p:
-        yield p
+PROXY_SEED = 3  # the fault proxy's (the `proxy` fixture's)
 
 
 def skip_lines(daemon: Any, key: str) -> list[str]:

@@ -21,24 +21,13 @@ import tensorflow as tf
 from prefetchd.config import Config, config_from_dict
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.seeds import object_rng
-from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import frame, read_records
 from prefetchd.write import core, pycore
 from prefetchd.write.formats import get_format, shuffled_object, shuffled_object_frames
 from prefetchd.write.writer import SHUFFLE_BYTES, SHUFFLE_RECORDS, OpenObject, Writer
+from tests.unit.write.writerkit import StopWhenConsumed
 
 BUCKET = "bucket"
-
-
-class StopWhenConsumed(ChildContext):
-    """Stops the writer once it has consumed every prepared object."""
-
-    def __init__(self, config: Config, objects: int) -> None:
-        super().__init__("writer-0", config)
-        self.objects = objects
-
-    def should_stop(self) -> bool:
-        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
 
 
 def lines_object(rng: random.Random, n: int) -> bytes:

@@ -1,7 +1,8 @@
-"""The writer's memory bound, counted in-process (docs/reliability.md invariant 8): whatever ``output.mix``
-is, at most one of a writer's open objects holds a large record's batch at a time, so the bytes
-its open objects hold stay within ``mix`` normal shares plus one ``max_record_size``; every
-record still arrives exactly once, and records well under a batch mix as before."""
+"""The writer's memory bound, counted in-process (docs/reliability.md invariant 8): whatever
+``output.mix`` is, at most one of a writer's open objects holds a large record's batch at a
+time, so the bytes its open objects hold stay within ``mix`` normal shares plus one
+``max_record_size``; every record still arrives exactly once, and records well under a batch
+mix as before."""
 
 from __future__ import annotations
 

@@ -19,23 +19,14 @@ import pytest
 
 from prefetchd.config import Config, config_from_dict
 from prefetchd.layout import Layout, key_hash, object_name
-from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import frame, read_records
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import get_format
 from prefetchd.write.writer import Writer
+from tests.unit.write.writerkit import StopWhenConsumed
 
 BUCKET = "bucket"
 HERE = Path(__file__).resolve().parent
-
-
-class StopWhenConsumed(ChildContext):
-    def __init__(self, config: Config, objects: int) -> None:
-        super().__init__("writer-0", config)
-        self.objects = objects
-
-    def should_stop(self) -> bool:
-        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
 
 
 def prepare(root: Path, fmt: str, bodies: list[tuple[str, bytes]]) -> tuple[Config, list[str]]:

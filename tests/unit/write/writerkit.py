@@ -1,6 +1,7 @@
 """What the writer tests that drive a ``Writer`` step by step share: a ``lines`` config,
 objects published into ``cache/ready`` as the downloader publishes them (meta first, then a
-rename), and a clock for the writer module that moves only when the test says so."""
+rename), a clock for the writer module that moves only when the test says so, and a child
+context that stops the writer once it has consumed every prepared object."""
 
 from __future__ import annotations
 
@@ -11,7 +12,19 @@ from typing import Any
 
 from prefetchd.config import Config
 from prefetchd.layout import Layout, key_hash, object_name
+from prefetchd.supervise.child import ChildContext
 from tests.unit.configs import BUCKET, unit_config
+
+
+class StopWhenConsumed(ChildContext):
+    """Stops the writer once it has consumed every prepared object."""
+
+    def __init__(self, config: Config, objects: int) -> None:
+        super().__init__("writer-0", config)
+        self.objects = objects
+
+    def should_stop(self) -> bool:
+        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
 
 
 class FakeClock:
