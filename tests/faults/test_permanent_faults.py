@@ -9,6 +9,7 @@ a newline forged log lines.
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -268,7 +269,7 @@ def test_keys_with_control_characters_cannot_forge_log_lines(
     for key, new in zip(dataset["keys"][:3], hostile, strict=True):
         rename_object(s3_client, bucket, key, new)
     for key in hostile:  # moto cannot list these keys' versions when the bucket goes
-        request.addfinalizer(lambda k=key: s3_client.delete_object(Bucket=bucket, Key=k))
+        request.addfinalizer(functools.partial(s3_client.delete_object, Bucket=bucket, Key=key))
     gone = [ids_of(s3_client, bucket, k, tmp_path) for k in hostile]
     for name in ("evil-cr", "evil-ansi", "evil-ls"):  # refused: the daemon logs each key
         proxy.add(Rule("error", key=name, status=416, code="InvalidRange", times=None))

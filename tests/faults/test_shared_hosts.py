@@ -64,7 +64,7 @@ def reboot(daemon: Any, config: Path) -> None:
 
 
 def one_line_error(daemon: Any) -> str:
-    lines = [ln for ln in daemon.stderr.read_text().splitlines() if ln.strip()]
+    lines: list[str] = [ln for ln in daemon.stderr.read_text().splitlines() if ln.strip()]
     assert lines, daemon.output()
     assert "Traceback" not in daemon.stderr.read_text(), daemon.output()
     return lines[-1]

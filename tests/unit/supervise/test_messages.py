@@ -23,8 +23,6 @@ from prefetchd.supervise.child import ChildContext
 from prefetchd.supervise.child_report import (
     Activity,
     ChildReport,
-    DownloaderCounters,
-    WriterCounters,
     activity_text,
     parse_activity,
 )
@@ -37,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[3]
 RECORDED = ROOT / "tests" / "data" / "status"
 
 
-def writer_counters(**changes: Any) -> WriterCounters:
-    counters = WriterCounters(
+def writer_counters(**changes: Any) -> dict[str, object]:
+    """A writer's counters as its report carries them (a few keys; readers default the rest)."""
+    counters: dict[str, object] = dict(
         records_written=5,
         shards_written=1,
         bytes_written=1000,
@@ -49,12 +48,14 @@ def writer_counters(**changes: Any) -> WriterCounters:
         objects_open=3,
         activity=Activity.WAITING_FOR_RAM,
     )
-    counters.update(changes)  # type: ignore[typeddict-item]
+    counters.update(changes)
     return counters
 
 
-def downloader_counters(**changes: Any) -> DownloaderCounters:
-    counters = DownloaderCounters(
+def downloader_counters(**changes: Any) -> dict[str, object]:
+    """The downloader's counters as its report carries them (a few keys; readers default the
+    rest)."""
+    counters: dict[str, object] = dict(
         objects_downloaded=7,
         bytes_downloaded=7000,
         retries=2,
@@ -73,7 +74,7 @@ def downloader_counters(**changes: Any) -> DownloaderCounters:
         activity=Activity.PAUSED,
         activity_detail="store errors (SlowDown), retrying in 4s",
     )
-    counters.update(changes)  # type: ignore[typeddict-item]
+    counters.update(changes)
     return counters
 
 

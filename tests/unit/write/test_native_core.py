@@ -77,7 +77,7 @@ def test_frame_examples_rejects_what_encode_example_rejects(bad: object) -> None
     with pytest.raises((TypeError, ValueError)) as python_error:
         pycore.frame_examples(sample)  # type: ignore[arg-type]
     with pytest.raises(python_error.type):
-        native.frame_examples(sample)  # type: ignore[arg-type]
+        native.frame_examples(sample)
 
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 200_000, 3 * 1024 * 1024])
@@ -88,12 +88,12 @@ def test_frame_file_example_is_frame_examples_with_the_file_read_into_it(
     content = rng.randbytes(size)
     path = tmp_path / "object"
     path.write_bytes(content)
-    others = [(b"b", 7), (b"c", b"x" * 200)]
+    others: list[tuple[bytes, bytes | int | None]] = [(b"b", 7), (b"c", b"x" * 200)]
     at = {"first": 0, "middle": 1, "last": 2}[where]
     sample: list[tuple[bytes, bytes | int | None]] = [*others]
     sample.insert(at, (b"a" if at == 0 else b"bb" if at == 1 else b"d", None))
     filled = [(name, content if value is None else value) for name, value in sample]
-    expected = pycore.frame_examples([filled])  # type: ignore[list-item]
+    expected = pycore.frame_examples([filled])
     fd = os.open(path, os.O_RDONLY)
     try:
         same(native.frame_file_example(sample, fd, size), expected)
@@ -268,7 +268,10 @@ def test_check_file_of_an_empty_file_passes_and_of_a_stub_fails(tmp_path: Path) 
 
 
 def batch(n: int) -> tuple[bytes, bytes]:
-    return native.frame_records([rng.randbytes(rng.randrange(0, 200)) for _ in range(n)])
+    framed: tuple[bytes, bytes] = native.frame_records(
+        [rng.randbytes(rng.randrange(0, 200)) for _ in range(n)]
+    )
+    return framed
 
 
 def test_take_across_parts() -> None:

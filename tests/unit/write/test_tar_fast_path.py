@@ -30,8 +30,8 @@ try:
 except ImportError:
     pass
 else:
-    if core.crc32c_address() is not None:
-        _native.set_crc32c(core.crc32c_address())
+    if (address := core.crc32c_address()) is not None:
+        _native.set_crc32c(address)
         IMPLS.append(_native)
 
 BLOCK = 512

@@ -110,7 +110,7 @@ def run_writer(config: Config, objects: int) -> list[Path]:
 
 
 def shard_records(shards: list[Path]) -> list[bytes]:
-    out = []
+    out: list[bytes] = []
     for shard in shards:
         with shard.open("rb") as f:
             out.extend(read_records(f))

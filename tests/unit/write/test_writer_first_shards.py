@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 from prefetchd.config import Config
+from prefetchd.inotify import Event, Watch
 from prefetchd.layout import Layout
 from prefetchd.supervise.child import ChildContext
 from prefetchd.tfrecord import read_records
@@ -155,11 +156,14 @@ def test_an_idle_writer_gives_a_waiting_trainer_its_records(
     assert trainer_claims_all(layout) == 50, "every record of the object, in one shard"
 
 
-class NoArrivals:
+class NoArrivals(Watch):
     """The writer's watch of ``cache/ready``: nothing arrives (``read`` returns at once)."""
 
-    def read(self, timeout: float) -> list[object]:
+    def __init__(self) -> None:
+        pass  # no inotify descriptor: nothing is watched
+
+    def read(self, timeout: float | None) -> list[Event]:
         return []
 
-    def read_now(self) -> list[object]:
+    def read_now(self) -> list[Event]:
         return []

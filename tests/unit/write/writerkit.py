@@ -24,7 +24,8 @@ class StopWhenConsumed(ChildContext):
         self.objects = objects
 
     def should_stop(self) -> bool:
-        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
+        consumed = self.counters.get("objects_consumed", 0)
+        return isinstance(consumed, int) and consumed >= self.objects
 
 
 class FakeClock:
