@@ -106,7 +106,7 @@ STEP_BYTES = 1024 * 1024  # frames copied per step: one write, one report and st
 PICKS = 16384  # choices of object drawn at once
 # Frames this large on average are written where they lie (one writev of views) instead of
 # copied into one buffer first: a Python step per frame (~0.5 us) costs less than copying
-# 16 KiB (bench.profile_writer medium, 16-128 KiB records: 5 % less writer CPU than at 64 KiB).
+# 16 KiB (bench.profile.writer medium, 16-128 KiB records: 5 % less writer CPU than at 64 KiB).
 LARGE_FRAME = 16 * 1024
 MALLOC_KEEP = 32 * 1024 * 1024  # freed memory a writer keeps for reuse (_reuse_freed_memory)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.studies.keep_sweep import epoch_row, keep_table
-from testkit.counting_proxy import request_kind
+from testkit.proxy import request_kind
 
 
 @dataclass
