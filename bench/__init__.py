@@ -21,34 +21,36 @@ reads its format, interleaved, ``--repeats`` times:
                    read by TFRecordDataset once complete (TFRecord datasets only)
     floor          the same records pre-staged on tmpfs, read by TFRecordDataset
 
-Networks (``--network``): ``loopback`` (unshaped), ``paced`` (``bench.proxy`` in front of the
-store: 75 MiB/s per connection, 30 ms before each response's first byte; large, medium and
+Networks (``--network``): ``loopback`` (unshaped), ``paced`` (``bench.drivers.paced_proxy`` in front
+of the store: 75 MiB/s per connection, 30 ms before each response's first byte; large, medium and
 small, read by the ceiling-crt, the baseline and prefetchd), ``shaped`` (``tc`` caps each
 connection at ``--rate-mbit``; root only). The default, ``bars``, is loopback then paced: the
 networks the issue's bars are judged on; ``both`` is loopback then shaped. As root everything
-runs inside a private network namespace (``bench.network``); without root on the host's
+runs inside a private network namespace (``bench.harness.network``); without root on the host's
 loopback. Results: a table with ratios, the daemon's CPU per GB, object, record and file
-beside the ceiling's and the lean limit's, and the bars table (``bench.bars``) on stdout, in
+beside the ceiling's and the lean limit's, and the bars table (``bench.harness.bars``) on stdout, in
 ``results.md`` and ``results.json`` (and ``plot.png`` with matplotlib) under ``--out``. What
 cannot run here (no s3fs, s5cmd, awscrt or matplotlib) is skipped with a message.
 
-One module per concern:
+Four subpackages, by kind:
 
-- ``cli``: the command line, the network phases, the whole run;
-- ``datasets``: the datasets (a table: add a row for a new one), upload and the floor's copy;
-- ``contenders``: the loaders (a table: add a row for a new one), ``ceilings`` (the copy
-  tools' command lines) and ``readers`` (the trainer-side tf.data pipelines);
-- ``runner``: one measured run of a contender, and the interleaved plan;
-- ``trainer``: the trainer process (``python -m bench.trainer``); ``crt_ceiling``: the awscrt
-  copy tool (``python -m bench.crt_ceiling``); ``lean``: the lean limit's downloader
-  (``python -m bench.lean``); ``sampler``: memory, RAM disk, CPU and the daemon's start-up;
-- ``store``: SeaweedFS or moto (launchers in ``testkit``); ``network``: namespace and shaping;
-  ``proxy``: the paced network's proxy (``python -m bench.proxy``);
-- ``environment``: packages, the processes' environment, the machine; ``results``/``report``:
-  outputs and their (pure) arithmetic; ``bars``: the issue's bars (pure); ``sweep``: the
-  tuning curves;
-- ``manifest_scale`` and ``shuffle_quality``: benchmarks of their own
-  (``python -m bench.manifest_scale``, ``python -m bench.shuffle_quality``).
-- ``profile_writer``, ``profile_download``, ``profile_trainer``: one stage measured on its own
-  (``python -m bench.profile_writer``, ...; "Profiling one stage" in ``docs/benchmarks.md``).
+- ``harness/``, the benchmark itself: ``cli`` (the command line, the network phases, the whole
+  run); ``datasets`` (a table: add a row for a new one; upload and the floor's copy);
+  ``contenders`` (the loaders, a table: add a row for a new one) and ``ceilings`` (the copy
+  tools' command lines); ``runner`` (one measured run of a contender, and the interleaved
+  plan); ``sampler`` (memory, RAM disk, CPU and the daemon's start-up); ``store`` (SeaweedFS or
+  moto, launchers in ``testkit``); ``network`` (namespace and shaping); ``environment``
+  (packages, the processes' environment, the machine); ``results``/``report`` (outputs and
+  their pure arithmetic); ``bars`` (the issue's bars, pure).
+- ``drivers/``, the processes the harness starts: ``trainer`` (``python -m
+  bench.drivers.trainer``) with its tf.data pipelines (``readers``); ``crt``, the one awscrt
+  driver, as the ceiling-crt copy tool (``python -m bench.drivers.crt ceiling``) and as the
+  lean limit's downloader (``python -m bench.drivers.crt lean``); ``paced_proxy``, the paced
+  network's proxy (``python -m bench.drivers.paced_proxy``).
+- ``studies/``, benchmarks of their own: ``sweep`` and ``keep_sweep`` (``--sweep``,
+  ``--keep-sweep``), ``manifest_scale`` and ``shuffle_quality`` (``python -m
+  bench.studies.manifest_scale``, ``python -m bench.studies.shuffle_quality``).
+- ``profile/``, one stage measured on its own: ``writer``, ``download``, ``trainer``,
+  ``startup`` (``python -m bench.profile.writer``, ...; "Profiling one stage" in
+  ``docs/benchmarks.md``).
 """

@@ -74,7 +74,7 @@ class EpochsConfig:
 
 def default_client() -> str:
     """``download.client`` when the config names none: crt wherever awscrt is installed (less
-    CPU per object and earlier objects, measured with python -m bench.profile_download), classic
+    CPU per object and earlier objects, measured with python -m bench.profile.download), classic
     elsewhere. Looked up without importing awscrt."""
     return "crt" if importlib.util.find_spec("awscrt") is not None else "classic"
 

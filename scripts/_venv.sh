@@ -49,8 +49,8 @@ EOF
 
 if ! "$PY" -c 'pass' 2>/dev/null; then
     _venv_python="${PYTHON:-python3}"
-    if ! "$_venv_python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
-        echo "error: prefetchd needs Python >= 3.10 as '$_venv_python' (set PYTHON=...)" >&2
+    if ! "$_venv_python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        echo "error: prefetchd needs Python >= 3.11 as '$_venv_python' (set PYTHON=...)" >&2
         exit 1
     fi
     say "creating the virtualenv $VENV"

@@ -14,6 +14,8 @@ never outlive their test.
 - ``write_config``: ``write_config(directory, **overrides) -> Path`` writes a small config for
   ``bucket``; overrides are per section (``epochs={"count": 1}``) or per key
   (``epochs__count=1``); ``DELETE`` as a value removes a key (so the default applies).
+- ``small_tmpfs``: ``small_tmpfs("2m") -> Path`` mounts a tmpfs of that size (root only, else
+  the test is skipped); unmounted after the test.
 - ``run_daemon``: ``run_daemon(config_path, *args) -> Daemon`` starts ``prefetchd run`` in its own
   process group; at teardown the group gets SIGTERM, then SIGKILL.
 
@@ -320,6 +322,43 @@ def write_config(s3_endpoint: str, bucket: str, ram_parent: Path) -> Iterator[Ca
     yield write
     for root in ram_roots:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# --- small file systems -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_tmpfs(ram_parent: Path) -> Iterator[Callable[..., Path]]:
+    """``small_tmpfs("2m", mode="0700", skip_unmountable=False) -> Path``: a fresh tmpfs of that
+    size under ``ram_parent``, unmounted after the test. Skips the test unless it runs as root;
+    a failed mount fails it, or with ``skip_unmountable`` skips it (a container without
+    CAP_SYS_ADMIN)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounts: list[Path] = []
+
+    def mount(size: str, *, mode: str = "0700", skip_unmountable: bool = False) -> Path:
+        point = Path(tempfile.mkdtemp(prefix=f"{RAM_PREFIX}{os.getpid()}-fs-", dir=ram_parent))
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if done.returncode != 0:
+            point.rmdir()
+            if skip_unmountable:
+                pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+            done.check_returncode()
+        mounts.append(point)
+        return point
+
+    yield mount
+    for point in mounts:
+        if subprocess.run(["umount", str(point)], capture_output=True, timeout=30).returncode:
+            subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=30)
+        with contextlib.suppress(OSError):
+            point.rmdir()
 
 
 # --- daemons -----------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def dataset(
     ``.map(tf.io.parse_single_example, ...)`` as usual, then ``.batch(B).prefetch(AUTOTUNE)``:
     that prefetch overlaps reading with training. There is no prefetch per record in here:
     with 64 KiB records, handing every record across a prefetch thread cost the trainer
-    ~0.2 CPU-s/GiB of thread wake-ups (python -m bench.profile_trainer); per batch it is noise.
+    ~0.2 CPU-s/GiB of thread wake-ups (python -m bench.profile.trainer); per batch it is noise.
 
     tf.distribute's auto-sharding is turned off (``AutoShardPolicy.OFF``): the daemon already
     gives each host its own share and ``ready_files()`` each process its own shards, so
@@ -73,7 +73,7 @@ def dataset(
     ``buffer_size`` is each reader's read buffer in bytes; ``None`` keeps TensorFlow's default
     (256 KiB). Shards are on a RAM disk, so a larger buffer saves no I/O, and one of several MiB
     costs the trainer the kernel's time: reading a GiB through 8 MiB buffers took three times
-    the page faults and ~0.9 CPU-s more than through 256 KiB ones (python -m bench.profile_trainer).
+    the page faults and ~0.9 CPU-s more than through 256 KiB ones (python -m bench.profile.trainer).
 
     The interleave is deliberately sequential: TensorFlow's parallel interleave produces
     nothing while its input iterator blocks, and ``ready_files()`` blocks whenever the daemon

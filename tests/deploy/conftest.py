@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -155,6 +156,22 @@ def installed() -> Iterator[Installed]:
         yield Installed(venv, sdist, wheel)
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Daemons a test starts from the installed package (``daemons.append(proc)``); any still
+    running at its end gets SIGTERM, then SIGKILL."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
 def sdist_names(sdist: Path) -> list[str]:

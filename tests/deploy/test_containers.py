@@ -8,14 +8,11 @@ wheel's dependencies); without one it is skipped and says why. The small-tmpfs t
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,39 +50,15 @@ def test_dockerfile_copies_only_what_exists_and_runs_unprivileged() -> None:
     assert ("CMD", '["run", "--config", "/etc/prefetchd/prefetchd.yaml"]') in steps
 
 
-@pytest.fixture
-def small_tmpfs() -> Iterator[Path]:
-    """A 64 MiB tmpfs, as Docker mounts on a container's /dev/shm by default."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = Path(tempfile.mkdtemp(prefix="prefetchd-small-shm-"))
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if done.returncode != 0:
-        mount.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True, timeout=30)
-        with contextlib.suppress(OSError):
-            mount.rmdir()
-
-
 def test_check_says_how_to_grow_a_docker_sized_dev_shm(
-    small_tmpfs: Path,
+    small_tmpfs: Callable[..., Path],
     tmp_path: Path,
     upload: Callable[..., object],
     write_config: Callable[..., Path],
 ) -> None:
+    shm = small_tmpfs("64m", mode="1777", skip_unmountable=True)  # Docker's default /dev/shm
     upload("tfrecord", [4096])
-    config = write_config(
-        tmp_path, output={"ram_dir": str(small_tmpfs / "ram"), "ram_budget": "4GiB"}
-    )
+    config = write_config(tmp_path, output={"ram_dir": str(shm / "ram"), "ram_budget": "4GiB"})
     proc = subprocess.run(
         [sys.executable, "-m", "prefetchd", "check", "--config", str(config)],
         capture_output=True,

@@ -41,7 +41,7 @@ def configmaps() -> dict[str, dict[str, Any]]:
 
 
 def container(pod: dict[str, Any], name: str) -> dict[str, Any]:
-    found = [c for c in pod["containers"] if c["name"] == name]
+    found: list[dict[str, Any]] = [c for c in pod["containers"] if c["name"] == name]
     assert found, f"no container {name}"
     return found[0]
 
@@ -67,7 +67,8 @@ def mount_name(c: dict[str, Any], path: str) -> str:
 def env_value(c: dict[str, Any], name: str) -> str | None:
     for var in c.get("env", []):
         if var["name"] == name:
-            return var.get("value")
+            value: str | None = var.get("value")
+            return value
     return None
 
 

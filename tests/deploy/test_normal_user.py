@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -98,21 +97,6 @@ def user() -> Iterator[User]:
         shutil.rmtree(f"/dev/shm/prefetchd-{entry.pw_uid}", ignore_errors=True)
 
 
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Daemons a test starts; any still running at its end gets SIGTERM, then SIGKILL."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-
-
 def assert_no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert "PermissionError" not in proc.stdout + proc.stderr
@@ -124,7 +108,7 @@ def test_minimal_config_checks_and_runs_as_a_normal_user(
     upload: Callable[..., Any],
     bucket: str,
     s3_endpoint: str,
-    started: list[subprocess.Popen[bytes]],
+    daemons: list[subprocess.Popen[bytes]],
 ) -> None:
     data = upload("tfrecord", [4096, 64 * 1024, 300 * 1024])
     config = user.write(
@@ -147,7 +131,7 @@ def test_minimal_config_checks_and_runs_as_a_normal_user(
             start_new_session=True,
             **user.popen_args(installed),
         )
-    started.append(daemon)
+    daemons.append(daemon)
     trainer = user.run(installed, "python", "-c", TRAINER, str(config), "60")
     assert trainer.returncode == 0, trainer.stderr + log.read_text()
     assert int(trainer.stdout) == data["records"]

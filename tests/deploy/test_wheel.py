@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,21 +91,6 @@ def test_installed_check_passes(installed: Installed, job: tuple[Path, int]) -> 
     assert "4 of 4 listed objects" in proc.stdout
     if shutil.which("gcc") or shutil.which("cc"):
         assert "writers frame records in native" in proc.stdout
-
-
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Daemons started by a test; any still running at its end is stopped (SIGTERM, then KILL)."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
 
 
 def test_installed_package_runs_a_one_epoch_job(

@@ -32,8 +32,8 @@ def record_id(serialized: bytes, digest: bool = False) -> int | str:
     if "id" in features:
         return int(features["id"].int64_list.value[0])
     if "line_number" in features:
-        return features["data"].bytes_list.value[0].decode()
-    key = features["key"].bytes_list.value[0].decode("utf-8", "surrogateescape")
+        return str(features["data"].bytes_list.value[0].decode())
+    key: str = features["key"].bytes_list.value[0].decode("utf-8", "surrogateescape")
     if digest:
         return f"{key} {hashlib.sha256(features['data'].bytes_list.value[0]).hexdigest()}"
     return key

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 FRAMEWORKS = ("tensorflow", "torch", "jax", "numpy")
 
@@ -53,7 +54,7 @@ def main() -> int:
     parser.add_argument("--epoch", type=int, default=None)
     parser.add_argument("--hold", nargs=2, metavar=("N", "GO_FILE"), default=None)
     args = parser.parse_args()
-    position = {} if args.hold else None
+    position: dict[str, Any] | None = {} if args.hold else None
     stream = prefetchd.records(args.config, epoch=args.epoch, timeout=120, position=position)
     records: list[tuple[int | None, int]] = []
     raw: list[str] = []

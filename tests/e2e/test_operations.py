@@ -25,13 +25,13 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-from conftest import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefetchd import ready_files
 from prefetchd.supervise.metrics import LABELLED, METRICS
 from prefetchd.supervise.status import REQUIRED_KEYS
 from testkit.s3server import free_port
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
 

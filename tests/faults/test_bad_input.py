@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import HERE, error_keys, finish_reader, ids_of, read_status, start_reader
 
 from testkit.trainers import delivered
+from tests.faults.faultkit import HERE, error_keys, finish_reader, ids_of, read_status, start_reader
 
 pytestmark = pytest.mark.e2e
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import READER, SIZES, finish_reader, read_status, wait_status
 
 from testkit.trainers import delivered, start_trainer
+from tests.faults.faultkit import READER, SIZES, finish_reader, read_status, wait_status
 
 pytestmark = pytest.mark.e2e
 HOUR = 3600
@@ -43,11 +43,14 @@ def test_a_wall_clock_step_of_an_hour_kills_nothing_and_expires_no_grace(
         before = time.time()
         step.write_text(str(offset), encoding="ascii")
         # the supervisor has written status (and checked heartbeats) with the stepped clock
+
+        def stepped(s: dict[str, Any], o: float = offset, t: float = before) -> bool:
+            updated = float(s.get("updated", 0))
+            return abs(updated - (t + o)) < 60 and updated - o > t + 2
+
         wait_status(
             config,
-            lambda s, o=offset, t=before: (
-                abs(s.get("updated", 0) - (t + o)) < 60 and s.get("updated", 0) - o > t + 2
-            ),
+            stepped,
             60,
             f"status written {offset} s ahead",
         )

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from faultkit import HERE, SIZES, finish_reader, read_status, start_reader, wait_status
 
 from testkit.trainers import delivered
+from tests.faults.faultkit import HERE, SIZES, finish_reader, read_status, start_reader, wait_status
 
 pytestmark = pytest.mark.e2e
 

@@ -3,19 +3,16 @@ partial file, and recovery once the trainer makes room."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import finish_reader, read_status, start_reader
 
 from testkit.trainers import delivered
+from tests.faults.faultkit import finish_reader, read_status, start_reader
 
 pytestmark = [
     pytest.mark.e2e,
@@ -27,29 +24,6 @@ SIZES = [
     3 * KIB, 40 * KIB, 700 * KIB, 90 * KIB, 1 * MIB, 12 * KIB, 300 * KIB, 5 * KIB,
     150 * KIB, 600 * KIB, 20 * KIB, 1536 * KIB, 64 * KIB, 8 * KIB, 400 * KIB, 33 * KIB,
 ]  # fmt: skip
-
-
-@pytest.fixture
-def small_tmpfs(ram_parent: Path) -> Iterator[Callable[[str], Path]]:
-    """``small_tmpfs("2m") -> Path``: a fresh tmpfs of that size; unmounted after the test."""
-    mounts: list[Path] = []
-
-    def mount(size: str) -> Path:
-        point = Path(tempfile.mkdtemp(prefix=f"prefetchd-test-{os.getpid()}-fs-", dir=ram_parent))
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
-            check=True,
-            capture_output=True,
-        )
-        mounts.append(point)
-        return point
-
-    yield mount
-    for point in mounts:
-        if subprocess.run(["umount", str(point)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(point)], capture_output=True)
-        with contextlib.suppress(OSError):
-            point.rmdir()
 
 
 def test_full_ram_disk_holds_writers_back_and_recovers_as_shards_are_read(

@@ -13,28 +13,23 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import finish_reader, read_status, start_reader
-from faultproxy import FaultProxy, Rule
 
 from prefetchd.download.order import epoch_permutation
 from testkit.trainers import delivered
+from tests.faults.faultkit import finish_reader, read_status, start_reader
+from tests.faults.faultproxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.e2e
 
 KIB = 1024
 OBJECTS = 48
 SEED = 0  # the test config's epochs.seed
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint, seed=5) as p:
-        yield p
+PROXY_SEED = 5  # the fault proxy's (the `proxy` fixture's)
 
 
 def test_epoch_0s_last_object_fetched_again_while_epoch_1_fills_the_budgets(

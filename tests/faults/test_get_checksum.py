@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from faultproxy import FaultProxy, Rule
 
 from prefetchd.config import Config, config_from_dict
 from prefetchd.download.jobs import Job
@@ -21,6 +20,7 @@ from prefetchd.download.order import SourceObject
 from prefetchd.download.transfer import make_transfer
 from prefetchd.download.verify import IntegrityError
 from testkit import sample_data
+from tests.faults.faultproxy import FaultProxy, Rule
 
 pytest.importorskip("awscrt")
 

@@ -4,33 +4,31 @@ epoch, and a kept copy stands in only while it is intact and the source object u
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import subprocess
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import SIZES, finish_reader, ids_of, read_status, start_reader, wait_status
-from faultproxy import FaultProxy
 
 from prefetchd.download.keep import hit_bound
 from testkit.sample_data import object_sizes, upload_dataset
 from testkit.trainers import delivered
+from tests.faults.faultkit import (
+    SIZES,
+    finish_reader,
+    ids_of,
+    read_status,
+    start_reader,
+    wait_status,
+)
+from tests.faults.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
 KIB, MIB = 1024, 1024**2
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 def keep_config(
@@ -209,31 +207,6 @@ def _kept_file_of(tmp_path: Path, key: str) -> Path:
         if json.loads(meta.read_text())["key"] == key:
             return keep / meta.name.removesuffix(".json")
     raise AssertionError(f"{key} is not kept")
-
-
-@pytest.fixture
-def small_tmpfs(ram_parent: Path) -> Iterator[Callable[[str], Path]]:
-    """``small_tmpfs("7m") -> Path``: a fresh tmpfs of that size; unmounted after the test."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mounts: list[Path] = []
-
-    def mount(size: str) -> Path:
-        point = Path(tempfile.mkdtemp(prefix=f"prefetchd-test-{os.getpid()}-fs-", dir=ram_parent))
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
-            check=True,
-            capture_output=True,
-        )
-        mounts.append(point)
-        return point
-
-    yield mount
-    for point in mounts:
-        if subprocess.run(["umount", str(point)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(point)], capture_output=True)
-        with contextlib.suppress(OSError):
-            point.rmdir()
 
 
 def test_a_disk_too_small_for_keep_stops_keeping_and_training_goes_on(

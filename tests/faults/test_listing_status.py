@@ -4,24 +4,19 @@ far and the verdict says the source is being listed, instead of a download rate 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import read_status, start_reader, wait_status
-from faultproxy import FaultProxy, Rule
+
+from tests.faults.faultkit import read_status, start_reader, wait_status
+from tests.faults.faultproxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.e2e
 
 OBJECTS = 1100  # two ListObjectsV2 pages of at most 1000 keys
 PAGE_STALL = 4.0  # seconds each page is held before its body
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 def delete(s3_client: Any, bucket: str, keys: list[str]) -> None:

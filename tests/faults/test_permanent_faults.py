@@ -9,24 +9,25 @@ a newline forged log lines.
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import error_keys, finish_reader, ids_of, read_status, start_reader
-from faultproxy import FaultProxy, Rule
 
 from prefetchd.config import load_config
 from prefetchd.layout import Layout
 from prefetchd.supervise.status import read_status as read_status_record
 from prefetchd.supervise.status import render_table
 from testkit.trainers import delivered, tree_bytes
+from tests.faults.faultkit import error_keys, finish_reader, ids_of, read_status, start_reader
+from tests.faults.faultproxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.e2e
 CLIENTS = ["classic", "crt"]
@@ -35,11 +36,7 @@ SIZES = [3 * KIB, 40 * KIB, 700 * KIB, 90 * KIB, 1 * MIB, 12 * KIB, 300 * KIB, 5
 # One event per line: "<date> <time>,<ms> <LEVEL> prefetchd[<role>] <logger>: <message>"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ prefetchd\[[a-z0-9-]+\] ")
 
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint, seed=3) as p:
-        yield p
+PROXY_SEED = 3  # the fault proxy's (the `proxy` fixture's)
 
 
 def skip_lines(daemon: Any, key: str) -> list[str]:
@@ -272,7 +269,7 @@ def test_keys_with_control_characters_cannot_forge_log_lines(
     for key, new in zip(dataset["keys"][:3], hostile, strict=True):
         rename_object(s3_client, bucket, key, new)
     for key in hostile:  # moto cannot list these keys' versions when the bucket goes
-        request.addfinalizer(lambda k=key: s3_client.delete_object(Bucket=bucket, Key=k))
+        request.addfinalizer(functools.partial(s3_client.delete_object, Bucket=bucket, Key=key))
     gone = [ids_of(s3_client, bucket, k, tmp_path) for k in hostile]
     for name in ("evil-cr", "evil-ansi", "evil-ls"):  # refused: the daemon logs each key
         proxy.add(Rule("error", key=name, status=416, code="InvalidRange", times=None))

@@ -1,7 +1,8 @@
 """A real host: reboots that empty the RAM disk, two jobs naming the same directory, other
-processes reading or deleting prefetchd's files. DESIGN.md invariants 1, 7 and 9, each against
-the real daemon and a moto server on 127.0.0.1: every record of the epoch exactly once, or a
-loud failure (state ``failed``, exit 1, the reason) — never ``done`` with records missing."""
+processes reading or deleting prefetchd's files. docs/reliability.md invariants 1, 7 and 9,
+each against the real daemon and a moto server on 127.0.0.1: every record of the epoch exactly
+once, or a loud failure (state ``failed``, exit 1, the reason) — never ``done`` with records
+missing."""
 
 from __future__ import annotations
 
@@ -18,9 +19,16 @@ from typing import Any
 
 import pytest
 import yaml
-from faultkit import SIZES, finish_reader, read_status, start_reader, state_dir, wait_status
 
 from testkit.trainers import delivered, log_tail
+from tests.faults.faultkit import (
+    SIZES,
+    finish_reader,
+    read_status,
+    start_reader,
+    state_dir,
+    wait_status,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +64,7 @@ def reboot(daemon: Any, config: Path) -> None:
 
 
 def one_line_error(daemon: Any) -> str:
-    lines = [ln for ln in daemon.stderr.read_text().splitlines() if ln.strip()]
+    lines: list[str] = [ln for ln in daemon.stderr.read_text().splitlines() if ln.strip()]
     assert lines, daemon.output()
     assert "Traceback" not in daemon.stderr.read_text(), daemon.output()
     return lines[-1]

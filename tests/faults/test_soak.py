@@ -12,31 +12,26 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 import yaml
-from faultkit import read_status, start_reader
-from faultproxy import FaultProxy, Rule
 
 from testkit.trainers import delivered, log_tail, tree_bytes
+from tests.faults.faultkit import read_status, start_reader
+from tests.faults.faultproxy import FaultProxy, Rule
 
 pytestmark = [pytest.mark.e2e, pytest.mark.soak]
 
 KIB, MIB = 1024, 1024**2
 SEED = 20261202
+PROXY_SEED = SEED  # the fault proxy's (the `proxy` fixture's)
 EPOCHS = 3
 EVENTS = 40  # SIGKILLs, at random moments
 WINDOW, RAM_BUDGET = 3 * MIB, 3 * MIB
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint, seed=SEED) as p:
-        yield p
 
 
 class Sampler(threading.Thread):

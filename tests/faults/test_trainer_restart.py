@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import SIZES, finish_reader, start_reader
 
 from prefetchd.consume.stream_position import parse_position
 from testkit.trainers import delivered
+from tests.faults.faultkit import SIZES, finish_reader, start_reader
 
 pytestmark = pytest.mark.e2e
 

@@ -58,4 +58,4 @@ def test_the_package_names_load_on_first_use() -> None:
 
 def test_an_unknown_package_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no_such_name"):
-        prefetchd.no_such_name  # type: ignore[attr-defined]  # noqa: B018
+        prefetchd.no_such_name  # noqa: B018

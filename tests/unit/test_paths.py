@@ -3,6 +3,7 @@ root and for a normal user, and ``null`` means the same as leaving a key out."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from prefetchd.config import config_from_dict, load_config
 @pytest.fixture
 def as_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Resolve defaults as uid 1234 with HOME in tmp_path and no XDG variables."""
-    monkeypatch.setattr(paths.os, "geteuid", lambda: 1234)
+    monkeypatch.setattr(os, "geteuid", lambda: 1234)
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR"):
         monkeypatch.delenv(name, raising=False)
@@ -22,7 +23,7 @@ def as_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def test_root_keeps_the_system_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(paths.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     config = config_from_dict({"source": {"url": "s3://bucket/p/"}})
     assert config.download.cache_dir == Path("/var/cache/prefetchd")
     assert config.output.ram_dir == Path("/dev/shm/prefetchd")

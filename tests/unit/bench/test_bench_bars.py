@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from bench import bars, proxy, report, runner
-from bench.report import cpu_split
+from bench.drivers import paced_proxy as proxy
+from bench.harness import bars, report, runner
+from bench.harness.report import cpu_split
 
 
 def row(network: str, dataset: str, loader: str, **metrics: Any) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def test_cpu_split_divides_the_data_path_cpu_by_each_unit() -> None:
 
 
 def test_daemon_split_takes_the_start_up_out_of_the_data_path() -> None:
-    from bench.datasets import DatasetSpec, Uploaded
+    from bench.harness.datasets import DatasetSpec, Uploaded
 
     ds = Uploaded(
         DatasetSpec("x", "raw", 10, 1, 1), "x/", 10, 10**9, 10, __import__("pathlib").Path("."), 10

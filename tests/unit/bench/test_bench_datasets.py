@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from bench import datasets, readers
+from bench.drivers import readers
+from bench.harness import datasets
 from prefetchd.kernel.framing import read_records
 from prefetchd.write.formats import get_format
 from testkit import sample_data

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.keep_sweep import epoch_row, keep_table
-from testkit.counting_proxy import request_kind
+from bench.studies.keep_sweep import epoch_row, keep_table
+from testkit.proxy import request_kind
 
 
 @dataclass

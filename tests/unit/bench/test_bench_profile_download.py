@@ -1,10 +1,11 @@
-"""``bench.profile_download``'s pure parts: in-order delivery times, the ceiling's output, CPU by
+"""``bench.profile.download``'s pure parts: in-order delivery times, the ceiling's output, CPU by
 role and the report line."""
 
 from __future__ import annotations
 
-from bench import profile_download, runner
-from bench.profile_download import DATASETS
+from bench.harness import runner
+from bench.profile import download as profile_download
+from bench.profile.download import DATASETS
 
 
 def test_in_order_waits_for_an_unbroken_prefix_of_the_order() -> None:

@@ -1,8 +1,8 @@
-"""bench.profile_startup's report (pure): each phase's median and minimum, and the total's."""
+"""bench.profile.startup's report (pure): each phase's median and minimum, and the total's."""
 
 from __future__ import annotations
 
-from bench.profile_startup import summary
+from bench.profile.startup import summary
 
 
 def test_summary_gives_median_and_minimum_of_each_phase_and_of_the_total() -> None:

@@ -1,11 +1,12 @@
-"""``bench.profile_trainer``'s pure parts: the dataset's size, the results under the tool's own
-names, the table and its ratios; ``bench.trainer``'s per-thread CPU difference."""
+"""``bench.profile.trainer``'s pure parts: the dataset's size, the results under the tool's own
+names, the table and its ratios; ``bench.drivers.trainer``'s per-thread CPU difference."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench import profile_trainer, trainer
+from bench.drivers import trainer
+from bench.profile import trainer as profile_trainer
 
 MiB, GiB = 1024**2, 1024**3
 

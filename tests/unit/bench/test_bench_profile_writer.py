@@ -1,4 +1,4 @@
-"""``bench.profile_writer``'s pure parts: its inputs are seeded, sized and parse as the writer's
+"""``bench.profile.writer``'s pure parts: its inputs are seeded, sized and parse as the writer's
 formats parse them; its summary is the median run."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import io
 import random
 import tarfile
 
-from bench import profile_writer
-from bench.profile_writer import Result
+from bench.profile import writer as profile_writer
+from bench.profile.writer import Result
 from prefetchd.kernel.framing import read_records
 from testkit import sample_data
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import network, readers, report, runner, sweep
+from bench.drivers import readers
+from bench.harness import network, report, runner
+from bench.studies import sweep
 from prefetchd.kernel.framing import frame
 
 

@@ -34,10 +34,8 @@ def test_another_users_ram_dir_is_one_line_naming_it_and_its_owner(
     lay.create()
     denied = {str(lay.ram)}
     real_access = os.access
-    monkeypatch.setattr(
-        access.os, "access", lambda p, mode: str(p) not in denied and real_access(p, mode)
-    )
-    monkeypatch.setattr(access.os, "geteuid", lambda: 4242)  # we are someone else
+    monkeypatch.setattr(os, "access", lambda p, mode: str(p) not in denied and real_access(p, mode))
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)  # we are someone else
     with pytest.raises(RuntimeFailure) as err:
         access.check_trainer_access(lay)
     message = str(err.value)

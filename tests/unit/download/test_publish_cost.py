@@ -22,9 +22,10 @@ import pytest
 
 from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
-from prefetchd.download.downloader import Downloader, EpochProgress
+from prefetchd.download.downloader import Downloader
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
+from prefetchd.download.plan import EpochProgress
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.write import arrivals as arrivals_module

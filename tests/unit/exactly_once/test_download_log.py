@@ -66,9 +66,18 @@ def test_each_line_is_one_write_on_a_log_opened_once_per_epoch(
 ) -> None:
     log = DownloadLog(layout)
     calls: list[str] = []
-    for fn in ("open", "write", "close"):
+
+    def counted(fn: str) -> object:
         real = getattr(os, fn)
-        monkeypatch.setattr(os, fn, lambda *a, _f=fn, _r=real: calls.append(_f) or _r(*a))
+
+        def call(*args: object) -> object:
+            calls.append(fn)
+            return real(*args)
+
+        return call
+
+    for fn in ("open", "write", "close"):
+        monkeypatch.setattr(os, fn, counted(fn))
     for seq in range(5):
         log.append(0, name(0, seq), PUBLISHED)
     log.close(0)

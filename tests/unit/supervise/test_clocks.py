@@ -42,6 +42,7 @@ def test_a_wall_clock_step_does_not_kill_a_child_that_keeps_reporting(
     life = Lifecycle([Child(ROLE, 0)], spawn, Clock(monotonic=lambda: now[0]))
     life.start_all()
     (child,) = life.children
+    assert child.pid is not None
     child.last_report = ChildReport(pid=child.pid, ready=True, heartbeat=time.time(), beat=now[0])
     life.mark_ready()
     step_wall_clock(monkeypatch, step)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from prefetchd.config import Config
 from prefetchd.consume.claims import retire
-from prefetchd.consume.ready import ShardReleaser
+from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.exactly_once.ledger import read_ledger
 from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claim_name, shard_name

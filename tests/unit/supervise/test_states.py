@@ -10,6 +10,7 @@ import itertools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import pytest
 
@@ -27,9 +28,12 @@ from prefetchd.supervise.states import (
 PACKAGE = Path(states.__file__).resolve().parents[1]
 
 
+S = TypeVar("S", bound=enum.StrEnum)
+
+
 @dataclass
-class Holder:
-    state: enum.StrEnum
+class Holder(Generic[S]):
+    state: S
 
 
 def docstring_diagrams() -> list[str]:
@@ -75,9 +79,9 @@ def test_every_state_is_reachable_and_only_final_states_have_no_way_out(
     assert dead_ends == final
 
 
-def illegal_pairs() -> list[tuple[Machine[ChildState] | Machine[DaemonState], str, str]]:
-    pairs: list[tuple[Machine[ChildState] | Machine[DaemonState], str, str]] = []
-    machines: list[tuple[Machine[ChildState] | Machine[DaemonState], type[enum.StrEnum]]] = [
+def illegal_pairs() -> list[tuple[Machine[Any], enum.StrEnum, enum.StrEnum]]:
+    pairs: list[tuple[Machine[Any], enum.StrEnum, enum.StrEnum]] = []
+    machines: list[tuple[Machine[Any], type[enum.StrEnum]]] = [
         (CHILD, ChildState),
         (DAEMON, DaemonState),
     ]
@@ -94,7 +98,7 @@ def illegal_pairs() -> list[tuple[Machine[ChildState] | Machine[DaemonState], st
     ids=[f"{type(s).__name__}-{s}-{t}" for _, s, t in illegal_pairs()],
 )
 def test_a_transition_missing_from_the_table_is_refused_and_changes_nothing(
-    machine: Machine[ChildState] | Machine[DaemonState], source: str, target: str
+    machine: Machine[Any], source: enum.StrEnum, target: enum.StrEnum
 ) -> None:
     holder = Holder(source)
     with pytest.raises(IllegalTransition, match=f"{source} -> {target}"):

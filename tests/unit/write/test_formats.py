@@ -15,6 +15,7 @@ from prefetchd.errors import EXIT_USAGE, ConfigError, CorruptObject
 from prefetchd.kernel import choice
 from prefetchd.kernel.framing import frame
 from prefetchd.write.formats import get_format
+from prefetchd.write.formats.raw import RawFormat
 
 KEY = "data/train/part-00001.tfrecord"
 RECORDS = [b"first", b"", b"\x00\xff" * 5000, b"last"]
@@ -140,8 +141,9 @@ def test_raw_frames_are_the_records_framed_and_tensorflow_reads_them(
     if not fast:
         monkeypatch.setattr(choice.KERNEL, "frame_file_example", lambda *_: None)
     raw = get_format("raw")
+    assert isinstance(raw, RawFormat)
     objects = {f"k{i}/ü": bytes([i]) * size for i, size in enumerate([0, 1, 127, 70_000, 200_000])}
-    written = []
+    written: list[bytes] = []
     for key, data in objects.items():
         path = tmp_path / f"obj{len(written)}"
         path.write_bytes(data)

@@ -12,7 +12,7 @@ import sys
 import tarfile
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -157,7 +157,7 @@ def test_a_tfrecord_record_over_max_record_size_is_too_large(tmp_path: Path, suf
 # --- tar ---------------------------------------------------------------------------------------
 
 
-def tar_bytes(members: list[tuple[str | tarfile.TarInfo, bytes]], **options: object) -> bytes:
+def tar_bytes(members: Sequence[tuple[str | tarfile.TarInfo, bytes]], **options: object) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", **options) as tar:  # type: ignore[call-overload]
         for name, data in members:

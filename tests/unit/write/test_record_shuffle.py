@@ -6,6 +6,7 @@ import gzip
 import itertools
 from collections import Counter
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -18,9 +19,17 @@ from prefetchd.write.shuffle import shuffled_records
 RECORDS = [b"%05d" % i for i in range(1000)]
 
 
-def shuffle(records: list[bytes], *, epoch: int = 0, key: str = "k", **bounds: int) -> list[bytes]:
-    limits = {"max_records": 10_000, "max_bytes": 10**9, **bounds}
-    return list(shuffled_records(iter(records), object_rng(7, epoch, key), **limits))
+class Bounds(TypedDict, total=False):
+    max_records: int
+    max_bytes: int
+
+
+def shuffle(
+    records: list[bytes], *, epoch: int = 0, key: str = "k", **bounds: Unpack[Bounds]
+) -> list[bytes]:
+    rng = object_rng(7, epoch, key)
+    max_records, max_bytes = bounds.get("max_records", 10_000), bounds.get("max_bytes", 10**9)
+    return list(shuffled_records(iter(records), rng, max_records=max_records, max_bytes=max_bytes))
 
 
 def test_same_seed_epoch_and_key_give_the_same_order() -> None:
@@ -30,7 +39,13 @@ def test_same_seed_epoch_and_key_give_the_same_order() -> None:
 
 
 def test_every_record_exactly_once() -> None:
-    for bounds in ({}, {"max_records": 1}, {"max_records": 50}, {"max_bytes": 64}):
+    all_bounds: tuple[Bounds, ...] = (
+        {},
+        {"max_records": 1},
+        {"max_records": 50},
+        {"max_bytes": 64},
+    )
+    for bounds in all_bounds:
         assert Counter(shuffle(RECORDS, **bounds)) == Counter(RECORDS), bounds
 
 

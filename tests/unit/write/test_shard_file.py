@@ -14,7 +14,6 @@ import pytest
 from prefetchd.budget import Interrupted, RamBudget
 from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
-from prefetchd.write import shards
 from prefetchd.write.shards import ShardFile
 
 MiB = 1024 * 1024
@@ -75,8 +74,8 @@ def test_a_full_ram_disk_is_waited_out_at_the_write_and_no_byte_is_lost_or_repea
             return real_writev(fd, [views[0], views[1][: len(views[1]) // 2]])
         return real_writev(fd, buffers)
 
-    monkeypatch.setattr(shards.os, "writev", flaky_writev)
-    monkeypatch.setattr(shards.RamBudget, "disk_full", _counting_disk_full)
+    monkeypatch.setattr(os, "writev", flaky_writev)
+    monkeypatch.setattr(RamBudget, "disk_full", _counting_disk_full)
     budget = RamBudget(layout, 64 * MiB, 4 * MiB, lambda: False)
     shard = ShardFile(layout, NAME, budget)
     parts = frames(5, 3000)
@@ -96,7 +95,7 @@ def test_a_writer_asked_to_stop_while_the_disk_is_full_stops(
     def full(fd: int, buffers: Any) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(shards.os, "writev", full)
+    monkeypatch.setattr(os, "writev", full)
     stop = [False]
     budget = RamBudget(layout, 64 * MiB, 4 * MiB, lambda: stop[0])
     shard = ShardFile(layout, NAME, budget)
@@ -112,7 +111,7 @@ def test_another_write_error_is_not_taken_for_a_full_disk(
     def broken(fd: int, buffers: Any) -> int:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(shards.os, "writev", broken)
+    monkeypatch.setattr(os, "writev", broken)
     budget = RamBudget(layout, 64 * MiB, 4 * MiB, lambda: False)
     shard = ShardFile(layout, NAME, budget)
     with pytest.raises(OSError, match="Input/output"):

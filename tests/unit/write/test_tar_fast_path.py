@@ -30,8 +30,8 @@ try:
 except ImportError:
     pass
 else:
-    if choice.crc32c_address() is not None:
-        _native.set_crc32c(choice.crc32c_address())
+    if (address := choice.crc32c_address()) is not None:
+        _native.set_crc32c(address)
         IMPLS.append(_native)
 
 BLOCK = 512

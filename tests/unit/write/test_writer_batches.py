@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import tensorflow as tf
 
-from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
 from prefetchd.kernel import choice, twin
 from prefetchd.kernel.framing import frame, read_records
@@ -27,19 +26,9 @@ from prefetchd.seeds import object_rng
 from prefetchd.write.formats import get_format, shuffled_object, shuffled_object_frames
 from prefetchd.write.objects import SHUFFLE_BYTES, SHUFFLE_RECORDS, ObjectReader, OpenObject
 from prefetchd.write.writer import Writer
+from tests.unit.write.writerkit import StopWhenConsumed
 
 BUCKET = "bucket"
-
-
-class StopWhenConsumed(ChildContext):
-    """Stops the writer once it has consumed every prepared object."""
-
-    def __init__(self, config: Config, objects: int) -> None:
-        super().__init__("writer-0", config)
-        self.objects = objects
-
-    def should_stop(self) -> bool:
-        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
 
 
 def lines_object(rng: random.Random, n: int) -> bytes:
@@ -122,7 +111,7 @@ def run_writer(config: Config, objects: int) -> list[Path]:
 
 
 def shard_records(shards: list[Path]) -> list[bytes]:
-    out = []
+    out: list[bytes] = []
     for shard in shards:
         with shard.open("rb") as f:
             out.extend(read_records(f))

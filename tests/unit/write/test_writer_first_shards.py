@@ -11,6 +11,7 @@ from pathlib import Path
 
 from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
+from prefetchd.inotify import Event, Watch
 from prefetchd.kernel.framing import read_records
 from prefetchd.layout import Layout
 from prefetchd.write.flush import FIRST_SHARDS, STARVED_FILL, STARVED_FLUSH, STARVED_FLUSH_MAX
@@ -140,7 +141,7 @@ def test_an_idle_writer_gives_a_waiting_trainer_its_records(
     """Nothing open (its objects written, more still downloading): a shard the trainers wait
     for goes out at once during start-up, not IDLE_FLUSH after the last input."""
     writer, layout = writer_for(prepare(tmp_path, objects=1, lines=50))
-    writer.arrivals.watch = NoArrivals()  # type: ignore[assignment]
+    writer.arrivals.watch = NoArrivals()
     writer._refill()
     assert not writer._filling()
     while writer.mixer.open:
@@ -150,11 +151,14 @@ def test_an_idle_writer_gives_a_waiting_trainer_its_records(
     assert trainer_claims_all(layout) == 50, "every record of the object, in one shard"
 
 
-class NoArrivals:
+class NoArrivals(Watch):
     """The writer's watch of ``cache/ready``: nothing arrives (``read`` returns at once)."""
 
-    def read(self, timeout: float) -> list[object]:
+    def __init__(self) -> None:
+        pass  # no inotify descriptor: nothing is watched
+
+    def read(self, timeout: float | None) -> list[Event]:
         return []
 
-    def read_now(self) -> list[object]:
+    def read_now(self) -> list[Event]:
         return []

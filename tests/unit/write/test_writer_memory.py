@@ -55,7 +55,8 @@ class HeldCounter(ChildContext):
             self.max_held = max(self.max_held, writer.mixer.held_bytes())
             large = sum(o.held() > writer.mixer.normal_hold for o in writer.mixer.open)
             self.max_large = max(self.max_large, large)
-        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
+        consumed = self.counters.get("objects_consumed", 0)
+        return isinstance(consumed, int) and consumed >= self.objects
 
 
 def big_lines_object(seq: int, size: int, *, big_first: bool = False) -> bytes:

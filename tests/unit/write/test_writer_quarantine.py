@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from prefetchd.child.context import ChildContext
 from prefetchd.config import Config, config_from_dict
 from prefetchd.kernel.framing import frame, read_records
 from prefetchd.layout import Layout, key_hash, object_name
@@ -25,18 +24,10 @@ from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import get_format
 from prefetchd.write.objects import ObjectReader
 from prefetchd.write.writer import Writer
+from tests.unit.write.writerkit import StopWhenConsumed
 
 BUCKET = "bucket"
 HERE = Path(__file__).resolve().parent
-
-
-class StopWhenConsumed(ChildContext):
-    def __init__(self, config: Config, objects: int) -> None:
-        super().__init__("writer-0", config)
-        self.objects = objects
-
-    def should_stop(self) -> bool:
-        return bool(self.counters.get("objects_consumed", 0) >= self.objects)
 
 
 def prepare(root: Path, fmt: str, bodies: list[tuple[str, bytes]]) -> tuple[Config, list[str]]:

@@ -38,7 +38,7 @@ def claim_all(writer: Writer) -> list[str]:
 def renames(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     """Renames out of ready/: "ok" or "vain" (the object was gone)."""
     counts: collections.Counter[str] = collections.Counter()
-    real: Callable[..., Any] = os.rename
+    real: Callable[..., None] = os.rename
 
     def rename(src: Any, dst: Any) -> None:
         if "/cache/ready/" not in str(src):

@@ -1,6 +1,7 @@
 """What the writer tests that drive a ``Writer`` step by step have in common: a ``lines`` config,
 objects published into ``cache/ready`` as the downloader publishes them (meta first, then a
-rename), and a clock for the writer module that moves only when the test says so."""
+rename), a clock for the writer module that moves only when the test says so, and a child
+context that stops the writer once it has consumed every prepared object."""
 
 from __future__ import annotations
 
@@ -9,9 +10,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.layout import Layout, key_hash, object_name
 from tests.unit.configs import BUCKET, unit_config
+
+
+class StopWhenConsumed(ChildContext):
+    """Stops the writer once it has consumed every prepared object."""
+
+    def __init__(self, config: Config, objects: int) -> None:
+        super().__init__("writer-0", config)
+        self.objects = objects
+
+    def should_stop(self) -> bool:
+        consumed = self.counters.get("objects_consumed", 0)
+        return isinstance(consumed, int) and consumed >= self.objects
 
 
 class FakeClock:

@@ -1,9 +1,9 @@
 """The writer's own CPU per record and per GB, in-process, with no object store.
 
-    python -m bench.profile_writer                          # every dataset, 3 repeats
-    python -m bench.profile_writer lines --repeats 5
-    python -m bench.profile_writer --mb 64 --repeats 3 --json out.json
-    PREFETCHD_NATIVE=0 python -m bench.profile_writer       # the pure-Python kernel
+    python -m bench.profile.writer                          # every dataset, 3 repeats
+    python -m bench.profile.writer lines --repeats 5
+    python -m bench.profile.writer --mb 64 --repeats 3 --json out.json
+    PREFETCHD_NATIVE=0 python -m bench.profile.writer       # the pure-Python kernel
 
 Prepares seeded objects (``testkit.sample_data``) in a private ``cache/ready`` as the
 downloader would publish them, runs one ``Writer`` over them in this process until every object

@@ -1,9 +1,10 @@
 """One benchmark trainer: a TensorFlow process that reads a dataset with one reader and reports
-what it got and what it cost. Started by the harness (``bench.runner``), one process per run.
+what it got and what it cost. Started by the harness (``bench.harness.runner``), one process per
+run.
 
-Protocol: ``python -m bench.trainer SPEC_JSON``. The process imports TensorFlow and builds the
-pipeline (``bench.readers``), prints ``READY``, waits for a line on stdin, then starts its
-clocks, reads everything and prints one JSON line ``RESULT {...}``. Timing therefore excludes
+Protocol: ``python -m bench.drivers.trainer SPEC_JSON``. The process imports TensorFlow and builds
+the pipeline (``bench.drivers.readers``), prints ``READY``, waits for a line on stdin, then starts
+its clocks, reads everything and prints one JSON line ``RESULT {...}``. Timing therefore excludes
 TensorFlow's import for every loader alike, and includes everything else: listing the bucket,
 and for prefetchd the daemon, which the harness starts at the same moment it says go.
 
@@ -29,7 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench.readers import READERS
+from bench.drivers.readers import READERS
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

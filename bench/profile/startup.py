@@ -1,9 +1,9 @@
 """Where a spawned child's start-up CPU goes, phase by phase (bar 6: start-up to the first GET).
 
-    python -m bench.profile_startup [--dataset small] [--repeats 7] [--port 19400]
+    python -m bench.profile.startup [--dataset small] [--repeats 7] [--port 19400]
 
 Starts SeaweedFS on 127.0.0.1 (``--port`` and the next 8 ports), uploads the dataset
-(``bench.profile_download``'s), then ``--repeats`` times, each in a fresh interpreter, does
+(``bench.profile.download``'s), then ``--repeats`` times, each in a fresh interpreter, does
 what a spawned downloader and a spawned writer do before they work, timing each phase with
 ``time.process_time()``:
 
@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 ROLES = ("downloader", "writer")
-BUCKET = "measure"  # bench.profile_download's (not imported here: see main())
+BUCKET = "measure"  # bench.profile.download's (not imported here: see main())
 
 
 def phases(role: str, endpoint: str, prefix: str) -> dict[str, float]:
@@ -76,7 +76,7 @@ def _downloader_phases(config: Any, mark: Any) -> None:
 def run_once(role: str, endpoint: str, prefix: str) -> dict[str, float]:
     import subprocess
 
-    cmd = [sys.executable, "-m", "bench.profile_startup", "_phases", role, endpoint, prefix]
+    cmd = [sys.executable, "-m", "bench.profile.startup", "_phases", role, endpoint, prefix]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
     result: dict[str, float] = json.loads(out.splitlines()[-1])
     return result
@@ -98,8 +98,8 @@ def summary(runs: list[dict[str, float]]) -> str:
 def harness(args: Any) -> int:
     import os
 
-    from bench.environment import bench_env
-    from bench.profile_download import DATASETS, upload
+    from bench.harness.environment import bench_env
+    from bench.profile.download import DATASETS, upload
     from testkit.seaweedfs import start_seaweedfs
 
     env = bench_env(f"http://127.0.0.1:{args.port}")
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import argparse
 
-    from bench.profile_download import DATASETS
+    from bench.profile.download import DATASETS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dataset", default="small", choices=sorted(DATASETS))

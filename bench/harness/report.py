@@ -1,9 +1,9 @@
 """The benchmark's pure part: medians of interleaved runs, ratios, the daemon's CPU split, the
 tables and the first bars, on loopback and the shaped network (the data-path bars are
-``bench.bars``).
+``bench.harness.bars``).
 
 A run is a dict with at least ``network``, ``dataset``, ``loader`` and the metrics below; the
-harness (``bench.runner``) produces them, this module only computes. Nothing here measures
+harness (``bench.harness.runner``) produces them, this module only computes. Nothing here measures
 or imports TensorFlow, so the arithmetic is unit-tested (``tests/unit/bench/``).
 """
 
@@ -14,8 +14,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from bench.contenders import CEILINGS, LOADERS, PREFETCHD
-from bench.datasets import NAMES as DATASETS
+from bench.harness.contenders import CEILINGS, LOADERS, PREFETCHD
+from bench.harness.datasets import NAMES as DATASETS
 
 METRICS = (
     "mb_s",
@@ -146,7 +146,7 @@ def bars(
         if dataset.endswith("/gil"):
             continue  # the GIL runs do Python work per batch: they are not throughput runs
         if network == "paced":
-            continue  # the first bars had no paced network; its bar there is bench.bars' bar 7
+            continue  # the first bars had no paced network; its bar there is bench.harness.bars' 7
         tag = f"{network}/{dataset}/{loader}"
         if network == "shaped":
             add(f"{tag}: ÷ baseline", r["vs_baseline"], BAR_VS_BASELINE, True)

@@ -2,7 +2,7 @@
 
 Each bar is a row of ``BARS``: its number, what it compares, its threshold and which way is
 better. ``check(summary)`` computes every bar the run can answer, for each prefetchd variant
-(``download.client`` classic and crt), from the medians of ``bench.report.summarize``:
+(``download.client`` classic and crt), from the medians of ``bench.harness.report.summarize``:
 
 1. data-path CPU/GB (daemon CPU after its first GET) ÷ ceiling-crt's (its CPU after its first
    GET), loopback, on ``CPU_PER_GB_DATASETS``: ≤ 1.5;
@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bench.contenders import PREFETCHD
+from bench.harness.contenders import PREFETCHD
 
 Key = tuple[str, str, str]  # (network, dataset, loader)
 Summary = dict[Key, dict[str, Any]]

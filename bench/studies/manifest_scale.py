@@ -12,7 +12,7 @@ memory of the whole process tree (supervisor, downloader, writers) every 0.1 s. 
 - peak RSS of the downloader alone, which holds the listing;
 - a baseline run with ``--baseline-keys`` keys, so the listing's own cost is the difference.
 
-    python -m bench.manifest_scale --keys 1000000 --run-seconds 20
+    python -m bench.studies.manifest_scale --keys 1000000 --run-seconds 20
 """
 
 from __future__ import annotations

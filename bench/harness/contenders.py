@@ -3,19 +3,19 @@
 Two roles:
 
 - ``ceiling``: a copy tool moving the dataset's objects to tmpfs, nothing parsed
-  (``command`` builds its command line; ``bench.ceilings``); ratios use the fastest ceiling.
-- ``trainer``: a ``bench.trainer`` process reading records with ``reader`` (a name in
-  ``bench.readers.READERS``); with ``daemon_client`` set, the harness also starts a prefetchd
-  daemon with that ``download.client`` for the run; with ``lean`` set, it starts the lean
-  downloader (``bench.lean``) instead.
+  (``command`` builds its command line; ``bench.harness.ceilings``); ratios use the fastest ceiling.
+- ``trainer``: a ``bench.drivers.trainer`` process reading records with ``reader`` (a name in
+  ``bench.drivers.readers.READERS``); with ``daemon_client`` set, the harness also starts a
+  prefetchd daemon with that ``download.client`` for the run; with ``lean`` set, it starts the lean
+  downloader (``bench.drivers.crt``) instead.
 
 ``kinds`` limits a contender to datasets of those formats (the lean design reads TFRecord
 objects as they are); ``paced`` says whether it runs in the paced network phase (whose bar
 compares prefetchd with the in-trainer baseline); ``requires`` names what it cannot run
-without (``bench.environment.unavailable`` skips it, with a message, when something is
-missing). Adding a contender is one row here (plus a reader in ``bench.readers`` or a command
-in ``bench.ceilings`` if it needs a new one). The order of ``CONTENDERS`` is the order of the
-report's rows. Pure: nothing here starts anything.
+without (``bench.harness.environment.unavailable`` skips it, with a message, when something is
+missing). Adding a contender is one row here (plus a reader in ``bench.drivers.readers`` or a
+command in ``bench.harness.ceilings`` if it needs a new one). The order of ``CONTENDERS`` is the
+order of the report's rows. Pure: nothing here starts anything.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from bench import ceilings
+from bench.harness import ceilings
 
 Role = Literal["ceiling", "trainer"]
 
@@ -34,10 +34,10 @@ class Contender:
     name: str
     role: Role
     doc: str
-    reader: str | None = None  # trainer: the bench.readers pipeline
+    reader: str | None = None  # trainer: the bench.drivers.readers pipeline
     daemon_client: str | None = None  # trainer: start prefetchd with this download.client
     command: Callable[[ceilings.CopyJob], list[str]] | None = None  # ceiling: its command line
-    lean: bool = False  # trainer: start the lean downloader (bench.lean) for the run
+    lean: bool = False  # trainer: start the lean downloader (bench.drivers.crt lean) for the run
     kinds: tuple[str, ...] | None = None  # dataset formats it reads (None: every one)
     paced: bool = False  # also runs in the paced network phase
     requires: tuple[str, ...] = ()  # modules or binaries (``bin:NAME``) it needs

@@ -1,13 +1,14 @@
 """One run of one contender on one dataset, measured; and the interleaved plan of runs.
 
-A ceiling run times its copy command (``bench.ceilings``) and what it left on tmpfs. A trainer
-run starts a ``bench.trainer`` process, waits for its ``READY``, starts the prefetchd daemon
-(or the lean downloader, ``bench.lean``) if the contender has one, says go, and reads the
-trainer's ``RESULT``; a sampler records peak memory and RAM disk meanwhile, and a start-up
-probe the daemon's CPU at its first GET (and, when asked, how long ``prefetchd status`` takes
-against it). The daemon's CPU is split into start-up (to its first GET) and data path (the
-rest: per GB, per object, per record, ``bench.report.cpu_split``). Every process runs from the
-repository root with the bench's environment (``bench.environment.bench_env``).
+A ceiling run times its copy command (``bench.harness.ceilings``) and what it left on tmpfs. A
+trainer run starts a ``bench.drivers.trainer`` process, waits for its ``READY``, starts the
+prefetchd daemon (or the lean downloader, ``bench.drivers.crt lean``) if the contender has one,
+says go, and reads the trainer's ``RESULT``; a sampler records peak memory and RAM disk
+meanwhile, and a start-up probe the daemon's CPU at its first GET (and, when asked, how long
+``prefetchd status`` takes against it). The daemon's CPU is split into start-up (to its first
+GET) and data path (the rest: per GB, per object, per record,
+``bench.harness.report.cpu_split``). Every process runs from the repository root with the
+bench's environment (``bench.harness.environment.bench_env``).
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import ceilings
-from bench.contenders import BY_NAME, Contender
-from bench.datasets import Uploaded
-from bench.environment import ROOT, log
-from bench.report import cpu_split
-from bench.sampler import Sampler, StartupProbe, children_cpu, dir_bytes
+from bench.harness import ceilings
+from bench.harness.contenders import BY_NAME, Contender
+from bench.harness.datasets import Uploaded
+from bench.harness.environment import ROOT, log
+from bench.harness.report import cpu_split
+from bench.harness.sampler import Sampler, StartupProbe, children_cpu, dir_bytes
 
 BUCKET = "bench"
 MiB = 1024**2
@@ -163,7 +164,7 @@ class Bench:
         return kept
 
     def trainer_spec(self, ds: Uploaded, contender: Contender, gil_work: int) -> dict[str, Any]:
-        """The JSON spec ``bench.trainer`` reads (``config`` is added for a daemon run)."""
+        """The JSON spec ``bench.drivers.trainer`` reads (``config`` is added for a daemon run)."""
         return {
             "loader": contender.reader,
             "endpoint": self.endpoint,
@@ -234,7 +235,7 @@ class Bench:
         one), and go. Whatever still runs at the end is killed."""
         run_dir = run.run_dir
         trainer = subprocess.Popen(
-            [sys.executable, "-m", "bench.trainer", json.dumps(spec)],
+            [sys.executable, "-m", "bench.drivers.trainer", json.dumps(spec)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=open(run_dir / "trainer.log", "wb"),  # noqa: SIM115
@@ -273,9 +274,9 @@ class Bench:
         )
 
     def _start_lean(self, ds: Uploaded, fifo: str, run_dir: Path) -> subprocess.Popen[bytes]:
-        """``bench.lean`` downloading ``ds`` to the run's RAM disk dir, announcing files on
-        ``fifo``; its stdout (one JSON line at the end) is read by ``lean_startup_cpu``."""
-        cmd = [sys.executable, "-m", "bench.lean", self.endpoint, BUCKET, ds.prefix]
+        """``bench.drivers.crt lean`` downloading ``ds`` to the run's RAM disk dir, announcing files
+        on ``fifo``; its stdout (one JSON line at the end) is read by ``lean_startup_cpu``."""
+        cmd = [sys.executable, "-m", "bench.drivers.crt", "lean", self.endpoint, BUCKET, ds.prefix]
         return subprocess.Popen(
             [*cmd, str(self.ram / run_dir.name), fifo, "--seed", str(self.args.seed)],
             stdin=subprocess.DEVNULL,
@@ -300,7 +301,7 @@ class Run:
 
 
 def ceiling_startup_cpu(stdout: str) -> float | None:
-    """The start-up CPU a ceiling printed (``bench.crt_ceiling``'s 4th field), or None."""
+    """The start-up CPU a ceiling printed (``bench.drivers.crt ceiling``'s 4th field), or None."""
     fields = stdout.split()
     try:
         return float(fields[3]) if len(fields) >= 4 else None
@@ -309,7 +310,7 @@ def ceiling_startup_cpu(stdout: str) -> float | None:
 
 
 def lean_startup_cpu(daemon: subprocess.Popen[bytes] | None) -> float | None:
-    """The start-up CPU ``bench.lean`` reported on its last stdout line, or None."""
+    """The start-up CPU ``bench.drivers.crt lean`` reported on its last stdout line, or None."""
     if daemon is None or daemon.stdout is None:
         return None
     lines = daemon.stdout.read().decode(errors="replace").strip().splitlines()

@@ -2,7 +2,7 @@
 docs/benchmarks.md.
 
 One daemon run per keep size, ``EPOCHS`` epochs each, on the first ``--datasets`` dataset,
-between the daemon and the store a request-counting proxy (``testkit.counting_proxy``; every
+between the daemon and the store a request-counting proxy (``testkit.proxy``; every
 row goes through it, so it costs every row alike). A reader in this process claims each epoch's
 shards with ``ready_files(epoch=k)`` and reads them whole; per epoch it records:
 
@@ -38,10 +38,10 @@ from typing import Any
 
 import psutil
 
-from bench.environment import ROOT
-from bench.runner import BUCKET
+from bench.harness.environment import ROOT
+from bench.harness.runner import BUCKET
 from prefetchd.config import default_client
-from testkit.counting_proxy import CountingProxy
+from testkit.proxy import CountingProxy
 
 FRACTIONS = (0.0, 0.5, 1.0)
 EPOCHS = 3

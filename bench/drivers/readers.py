@@ -1,8 +1,8 @@
 """Trainer-side readers: the tf.data pipeline each contender's trainer reads records with.
 
 ``READERS`` maps a reader name (``Contender.reader``) to a function ``(spec, tf) -> Dataset`` of
-serialized records; ``spec`` is the run's JSON spec (``bench.trainer``). All deliver the same
-number of records: the objects' TFRecord records, for ``raw`` data one record per object, for
+serialized records; ``spec`` is the run's JSON spec (``bench.drivers.trainer``). All deliver the
+same number of records: the objects' TFRecord records, for ``raw`` data one record per object, for
 ``lines`` one per non-blank line, for ``tar`` one per sample.
 
 - ``baseline``: what seed users did, done as well as a competent user does it: the key list,
@@ -14,14 +14,14 @@ number of records: the objects' TFRecord records, for ``raw`` data one record pe
   ``unbatch``.
 - ``s3fs``: the same pipeline with ``s3fs.S3FileSystem.cat_file`` instead of boto3.
 - ``prefetchd``: ``prefetchd.tf.dataset(config)``.
-- ``lean``: the lean design limit: files that ``bench.lean`` (awscrt, started by the harness)
-  downloaded straight to tmpfs, each read as soon as its path arrives on a FIFO, with the same
-  interleave of ``TFRecordDataset`` (no cache copy, no re-framing, no mixing).
+- ``lean``: the lean design limit: files that ``bench.drivers.crt lean`` (awscrt, started by the
+  harness) downloaded straight to tmpfs, each read as soon as its path arrives on a FIFO, with the
+  same interleave of ``TFRecordDataset`` (no cache copy, no re-framing, no mixing).
 - ``floor``: TFRecord files already on tmpfs, read the way ``prefetchd.tf.dataset`` reads
   shards (interleave of ``TFRecordDataset``, cycle 4, then prefetch).
 - ``files``: the same files in name order, as plainly as TensorFlow reads them: one
   ``TFRecordDataset`` over all, or ``spec["cycle_length"]`` of them interleaved, TensorFlow's
-  default buffers (``bench.profile_trainer``'s floor and lean trainers).
+  default buffers (``bench.profile.trainer``'s floor and lean trainers).
 
 Adding a reader: a function here and an entry in ``READERS``.
 """
@@ -127,8 +127,8 @@ def files(spec: dict[str, Any], tf: Any) -> Any:
 
 
 def lean(spec: dict[str, Any], tf: Any) -> Any:
-    """The files ``bench.lean`` announces on the FIFO ``spec["lean_fifo"]``, one path a line,
-    read as they complete; the FIFO's end (the downloader closed it) ends the dataset."""
+    """The files ``bench.drivers.crt lean`` announces on the FIFO ``spec["lean_fifo"]``, one path a
+    line, read as they complete; the FIFO's end (the downloader closed it) ends the dataset."""
 
     def paths() -> Iterator[str]:
         with open(spec["lean_fifo"], encoding="utf-8") as fifo:

@@ -1,7 +1,8 @@
 """The paced network (``--network paced``): a TCP proxy on 127.0.0.1 in front of the store that
 behaves like a real object store over a real network.
 
-    python -m bench.proxy UPSTREAM_PORT LISTEN_PORT [--rate-mib 75] [--first-byte-ms 30]
+    python -m bench.drivers.paced_proxy UPSTREAM_PORT LISTEN_PORT
+        [--rate-mib 75] [--first-byte-ms 30]
 
 Every connection is paced to ``--rate-mib`` MiB/s from the store to the client, and the first
 byte of each response is held until ``--first-byte-ms`` after the request that asked for it
@@ -152,9 +153,9 @@ def paced_proxy(
 ) -> Iterator[str]:
     """The proxy in its own process, answering (through to the store) on ``port``; its URL.
     Stopped (SIGTERM, then SIGKILL) on exit, also on failure."""
-    cmd = [sys.executable, "-m", "bench.proxy", str(upstream), str(port)]
+    cmd = [sys.executable, "-m", "bench.drivers.paced_proxy", str(upstream), str(port)]
     cmd += ["--rate-mib", str(rate_mib), "--first-byte-ms", str(first_byte_ms)]
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(cmd, env=env, cwd=root, stdin=subprocess.DEVNULL)
     try:
         url = f"http://{HOST}:{port}"

@@ -1,7 +1,7 @@
 """``python -m bench``: the command line, the network phases and the whole benchmark's run.
 
 See the package docstring (``bench/__init__.py``) for what is measured. As root the benchmark
-re-runs itself inside a private network namespace (``bench.network``) before doing anything;
+re-runs itself inside a private network namespace (``bench.harness.network``) before doing anything;
 without root the loopback and paced phases run on the host's loopback.
 """
 
@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import bench
-from bench import contenders, datasets, network, results
-from bench.environment import (
+from bench.drivers.paced_proxy import paced_proxy
+from bench.harness import contenders, datasets, network, results
+from bench.harness.environment import (
     INSTALL_HINT,
     ROOT,
     bench_env,
@@ -33,9 +34,8 @@ from bench.environment import (
     missing_packages,
     unavailable,
 )
-from bench.proxy import paced_proxy
-from bench.runner import BUCKET, Bench, one_run, plan_runs
-from bench.store import STORES, start_store
+from bench.harness.runner import BUCKET, Bench, one_run, plan_runs
+from bench.harness.store import STORES, start_store
 from testkit.s3server import HOST, free_port
 
 S3_PORT = 8333  # inside our own namespace nothing else listens; outside, a free port is used
@@ -281,7 +281,7 @@ def run_sweep(
     meta: dict[str, Any],
 ) -> int:
     """One knob at a time around the bench config: prefetchd (classic) on each dataset."""
-    from bench import sweep
+    from bench.studies import sweep
 
     phase = "shaped" if args.in_netns and args.network != "loopback" else "loopback"
     if phase == "shaped":
@@ -301,8 +301,9 @@ def run_keep_sweep(
     meta: dict[str, Any],
 ) -> int:
     """download.keep at 0, 50 % and 100 % of the first dataset, over several epochs
-    (``bench/keep_sweep.py``); loopback, or behind the pacing proxy with ``--network paced``."""
-    from bench import keep_sweep
+    (``bench/studies/keep_sweep.py``); loopback, or behind the pacing proxy with ``--network
+    paced``."""
+    from bench.studies import keep_sweep
 
     phase = "paced" if args.network == "paced" else "loopback"
     ds = uploaded[args.datasets[0]]

@@ -1,14 +1,14 @@
 """What the download side costs and how early it delivers, beside the awscrt ceiling.
 
-    python -m bench.profile_download [--dataset small,medium,large] [--client classic,crt]
+    python -m bench.profile.download [--dataset small,medium,large] [--client classic,crt]
         [--mode downloader|daemon] [--proxy] [--repeats N] [--port P] [--profile DIR]
 
 One command: start SeaweedFS on 127.0.0.1 (``testkit.seaweedfs``: S3 on ``--port``, its other
 listeners on ``--port``+1..+8), upload seeded datasets (``testkit.sample_data``), then for each
 dataset, interleaved and ``--repeats`` times:
 
-- **ceiling**: ``bench.crt_ceiling`` (``awscrt.s3.S3Client`` writing every object to tmpfs on
-  its native threads, 32 connections, 8 MiB parts), the CPU of that process from its first
+- **ceiling**: ``bench.drivers.crt ceiling`` (``awscrt.s3.S3Client`` writing every object to tmpfs
+  on its native threads, 32 connections, 8 MiB parts), the CPU of that process from its first
   request to its last object;
 - **prefetchd** per ``--client``: ``--mode downloader`` runs the downloader process alone (window
   larger than the dataset, no writers) and counts its CPU from the end of its listing to its last
@@ -17,10 +17,10 @@ dataset, interleaved and ``--repeats`` times:
   the first GET).
 
 It prints medians of CPU ms per object and CPU s per GB with their ratio to the ceiling.
-``--proxy`` puts ``bench.proxy`` between the clients and the store (each connection paced to
-``--rate`` MiB/s, each response's first byte held ``--first-byte`` ms, like a real object store
-over a real network; on ``--port``+9) and adds an in-trainer-like baseline (boto3, one GET at a
-time, in order) and the times at which the first object, and 50 % / 100 % of the bytes *in
+``--proxy`` puts ``bench.drivers.paced_proxy`` between the clients and the store (each connection
+paced to ``--rate`` MiB/s, each response's first byte held ``--first-byte`` ms, like a real object
+store over a real network; on ``--port``+9) and adds an in-trainer-like baseline (boto3, one GET at
+a time, in order) and the times at which the first object, and 50 % / 100 % of the bytes *in
 order*, were available to the writers. ``--profile DIR`` runs each prefetchd run under
 ``py-spy record`` (collapsed stacks). Nothing is left running: the store, the proxy and every
 child are stopped by PID, also on failure. Needs ``weed`` (and for ``--profile`` ``py-spy``)
@@ -46,10 +46,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.datasets import DatasetSpec
-from bench.environment import ROOT, bench_env
-from bench.proxy import paced_proxy
-from bench.sampler import children_cpu, has_entries, process_cpu, tree_pids
+from bench.drivers.paced_proxy import paced_proxy
+from bench.harness.datasets import DatasetSpec
+from bench.harness.environment import ROOT, bench_env
+from bench.harness.sampler import children_cpu, has_entries, process_cpu, tree_pids
 from testkit import sample_data
 from testkit.seaweedfs import start_seaweedfs
 
@@ -85,7 +85,7 @@ def upload(endpoint: str, ds: DatasetSpec) -> int:
 def run_child(*args: str, profile: Path | None = None) -> dict[str, Any]:
     """Run this module's hidden sub-command ``args`` in a fresh process; its last stdout line
     is a JSON result. With ``profile``, under ``py-spy record`` writing collapsed stacks there."""
-    cmd = [sys.executable, "-m", "bench.profile_download", *args]
+    cmd = [sys.executable, "-m", "bench.profile.download", *args]
     if profile is not None:
         spy = shutil.which("py-spy") or "py-spy"
         spy_args = ["record", "--subprocesses", "--nonblocking", "-r", "250", "-f", "raw"]
@@ -100,10 +100,19 @@ def run_child(*args: str, profile: Path | None = None) -> dict[str, Any]:
 
 
 def run_ceiling(endpoint: str, prefix: str) -> dict[str, Any]:
-    """``bench.crt_ceiling`` over ``prefix`` into a tmpfs dir: its CPU and wall time from its
-    first request to its last object."""
+    """``bench.drivers.crt ceiling`` over ``prefix`` into a tmpfs dir: its CPU and wall time from
+    its first request to its last object."""
     target = Path(tempfile.mkdtemp(prefix="profile-ceiling-", dir=SHM))
-    cmd = [sys.executable, "-m", "bench.crt_ceiling", endpoint, BUCKET, prefix, str(target)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.drivers.crt",
+        "ceiling",
+        endpoint,
+        BUCKET,
+        prefix,
+        str(target),
+    ]
     cmd += ["--connections", str(CEILING_CONNECTIONS), "--part-size", "8"]
     try:
         done = subprocess.run(
@@ -117,7 +126,7 @@ def run_ceiling(endpoint: str, prefix: str) -> dict[str, Any]:
 
 
 def ceiling_result(stdout: str) -> dict[str, Any]:
-    """What ``bench.crt_ceiling`` printed (``objects bytes seconds startup_cpu_s
+    """What ``bench.drivers.crt ceiling`` printed (``objects bytes seconds startup_cpu_s
     transfer_cpu_s transfer_s``) as this tool's result (pure)."""
     objects, _, _, _, cpu, wall = stdout.split()[:6]
     return {"cpu": float(cpu), "wall": float(wall), "objects": int(objects)}

@@ -1,7 +1,7 @@
 """Where a benchmark's numbers go: ``results.json`` (rewritten after every run, so an interrupted
 benchmark keeps what it measured), ``results.md``, ``plot.png`` and, on stdout, the table, the
 daemon's CPU beside the ceilings' and the lean limit's, and the bars table last. The arithmetic
-is ``bench.report``'s and ``bench.bars``'s."""
+is ``bench.harness.report``'s and ``bench.harness.bars``'s."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bench import bars as issue_bars
-from bench import report as arithmetic
-from bench.environment import has
+from bench.harness import bars as issue_bars
+from bench.harness import report as arithmetic
+from bench.harness.environment import has
 
 
 def write_json(out: Path, meta: dict[str, Any], runs: list[dict[str, Any]], **more: Any) -> None:

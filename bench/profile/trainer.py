@@ -1,19 +1,20 @@
 """What the trainer pays to read prefetchd's shards, against trainers that read finished files.
 
-    python -m bench.profile_trainer                     # SeaweedFS, 1 GiB, 3 rounds
-    python -m bench.profile_trainer --store moto --gib 0.25 --repeats 1
+    python -m bench.profile.trainer                     # SeaweedFS, 1 GiB, 3 rounds
+    python -m bench.profile.trainer --store moto --gib 0.25 --repeats 1
 
 One command, one run, three trainers measured interleaved (floor, lean, prefetchd; repeated
-``--repeats`` times), each a fresh ``bench.trainer`` process that reports its own CPU per GiB:
+``--repeats`` times), each a fresh ``bench.drivers.trainer`` process that reports its own CPU
+per GiB:
 
     floor      the TFRecord files already on tmpfs, one ``TFRecordDataset`` over all of them
     lean       the same files, ``interleave(TFRecordDataset, cycle_length=2)``
-    prefetchd  the same records as objects in a local S3 server (``bench.store``: SeaweedFS,
+    prefetchd  the same records as objects in a local S3 server (``bench.harness.store``: SeaweedFS,
                or moto), the real daemon started next to the trainer (the bench's daemon
                config), read through ``prefetchd.tf.dataset(config)``
 
 The data is ``--gib`` GiB rounded up to whole 32 MiB TFRecord files of 64 KiB records
-(``bench.datasets``: the same seeded records in the store and on tmpfs). Every trainer
+(``bench.harness.datasets``: the same seeded records in the store and on tmpfs). Every trainer
 batches 32 records, computes each batch's size in the graph, prefetches batches (AUTOTUNE) and
 pulls them in a Python loop. A trainer's CPU is its own user+system time, clock started once
 TensorFlow is imported and the pipeline built (the daemon runs in its own processes and is
@@ -39,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.datasets import DatasetSpec, Uploaded, upload_and_stage
-from bench.environment import ROOT, bench_env
-from bench.runner import BUCKET, Bench, read_result
-from bench.store import STORES, start_store
+from bench.harness.datasets import DatasetSpec, Uploaded, upload_and_stage
+from bench.harness.environment import ROOT, bench_env
+from bench.harness.runner import BUCKET, Bench, read_result
+from bench.harness.store import STORES, start_store
 from prefetchd.config import default_client
 from testkit.s3server import HOST
 
@@ -51,7 +52,7 @@ RECORD_SIZE = 64 * KiB
 FILE_SIZE = 32 * MiB  # floor files and S3 objects alike; prefetchd's shards are 32 MiB too
 BATCH = 32
 LOADERS = ("floor", "lean", "prefetchd")
-READERS: dict[str, dict[str, Any]] = {  # loader -> its bench.readers reader and settings
+READERS: dict[str, dict[str, Any]] = {  # loader -> its bench.drivers.readers reader and settings
     "floor": {"loader": "files"},
     "lean": {"loader": "files", "cycle_length": 2},
     "prefetchd": {"loader": "prefetchd"},
@@ -91,7 +92,9 @@ class Runner:
             shutil.rmtree(self.bench.cache_root / run_dir.name, ignore_errors=True)
 
     def _run(self, loader: str, spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-        trainer = self._popen(["-m", "bench.trainer", json.dumps(spec)], run_dir / "trainer.log")
+        trainer = self._popen(
+            ["-m", "bench.drivers.trainer", json.dumps(spec)], run_dir / "trainer.log"
+        )
         daemon = spy = None
         try:
             assert trainer.stdin is not None and trainer.stdout is not None
@@ -148,7 +151,7 @@ class Runner:
 
 
 def from_trainer(result: dict[str, Any]) -> dict[str, Any]:
-    """A ``bench.trainer`` result under this tool's names (those of ``--json``) (pure)."""
+    """A ``bench.drivers.trainer`` result under this tool's names (those of ``--json``) (pure)."""
     wall = result["wall_s"]
     return {
         "records": result["records"],

@@ -92,7 +92,7 @@ def medians(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[st
     """(knob, value, dataset) -> median of each metric over repeats (pure)."""
     import statistics
 
-    from bench.report import steady_mb_s
+    from bench.harness.report import steady_mb_s
 
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in results:

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import ceilings
-from bench.contenders import Contender
+from bench.harness import ceilings
+from bench.harness.contenders import Contender
 from testkit import seaweedfs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH_PACKAGES = {  # import name -> what to install: the bench cannot run without these
     "psutil": "psutil",
     "tensorflow": "tensorflow-cpu",

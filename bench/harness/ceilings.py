@@ -41,6 +41,15 @@ def s5cmd_command(job: CopyJob) -> list[str]:
 
 
 def crt_command(job: CopyJob) -> list[str]:
-    """``bench.crt_ceiling``: awscrt's S3 client writing each object on its native threads."""
-    cmd = [sys.executable, "-m", "bench.crt_ceiling", job.endpoint, job.bucket, job.prefix]
+    """``bench.drivers.crt ceiling``: awscrt's S3 client writing each object on its native
+    threads."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.drivers.crt",
+        "ceiling",
+        job.endpoint,
+        job.bucket,
+        job.prefix,
+    ]
     return [*cmd, str(job.target), "--connections", str(CONNECTIONS), "--part-size", "8"]

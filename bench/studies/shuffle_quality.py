@@ -25,8 +25,8 @@ of the scale):
 
 Exits 0 if prefetchd (``tf.dataset``) is at least as good as tf.data on every statistic.
 
-    python -m bench.shuffle_quality                       # defaults: see --help
-    python -m bench.shuffle_quality --mix 8 --writers 1   # see what a knob does
+    python -m bench.studies.shuffle_quality                       # defaults: see --help
+    python -m bench.studies.shuffle_quality --mix 8 --writers 1   # see what a knob does
 """
 
 from __future__ import annotations
