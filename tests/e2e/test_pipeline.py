@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 
 
 class Sampler(threading.Thread):
-    """Samples the byte budgets while the daemon runs (DESIGN.md invariant 3)."""
+    """Samples the byte budgets while the daemon runs (docs/reliability.md invariant 3)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(daemon=True)

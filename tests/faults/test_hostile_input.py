@@ -2,7 +2,7 @@
 parser cannot read (any exception, a record over ``output.max_record_size``, a plugin over
 ``source.parse_timeout``) is quarantined and counted once; every record of every healthy
 object arrives exactly once; the epoch ends; the daemon's memory stays within
-400 MiB + ``max_record_size`` per writer (DESIGN.md invariants 4, 8, 9).
+400 MiB + ``max_record_size`` per writer (docs/reliability.md invariants 4, 8, 9).
 
 What is healthy is decided by the formats' own reference readers run here on the same bytes
 (``records``, with the same limit): the fuzz does not have to predict which damage a format
@@ -307,7 +307,7 @@ class Outcome:
 
     @property
     def rss_bound(self) -> int:
-        """DESIGN.md invariant 8."""
+        """docs/reliability.md invariant 8."""
         return 400 * MIB + WRITERS * self.max_record_size
 
 

@@ -1,7 +1,8 @@
 """A real host: reboots that empty the RAM disk, two jobs naming the same directory, other
-processes reading or deleting prefetchd's files. DESIGN.md invariants 1, 7 and 9, each against
-the real daemon and a moto server on 127.0.0.1: every record of the epoch exactly once, or a
-loud failure (state ``failed``, exit 1, the reason) — never ``done`` with records missing."""
+processes reading or deleting prefetchd's files. docs/reliability.md invariants 1, 7 and 9,
+each against the real daemon and a moto server on 127.0.0.1: every record of the epoch exactly
+once, or a loud failure (state ``failed``, exit 1, the reason) — never ``done`` with records
+missing."""
 
 from __future__ import annotations
 

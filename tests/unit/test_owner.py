@@ -1,4 +1,5 @@
-"""One owner per directory (DESIGN.md invariant 7): ``owner.claim_dirs`` and ``check``'s view."""
+"""One owner per directory (docs/reliability.md invariant 7): ``owner.claim_dirs`` and
+``check``'s view."""
 
 from __future__ import annotations
 
