@@ -17,7 +17,7 @@ files are in ``layout``'s tree; the modules here:
 
 **The downloader publishes an object** (``cache_dir``):
 
-1. ``meta/<obj>.json`` written (key, size, etag),
+1. ``meta/<obj>.json`` written (key, size, etag, epoch),
 2. ``P <hash>`` appended to the download log of its epoch,
 3. ``.tmp/<obj>.part`` renamed to ``ready/<obj>`` (the commit point: a writer may take it).
 
