@@ -4,8 +4,9 @@ Four kinds, matching prefetchd's formats:
 
 - ``tfrecord``: each object is a TFRecord file; each record is a ``tf.train.Example`` with
   ``id`` (int64, unique across the dataset) and ``payload`` (random, incompressible bytes).
-  Encoded without TensorFlow (``prefetchd.write.example`` and ``prefetchd.tfrecord``). Record
-  sizes follow the object size (``plan_records``) unless ``record_size`` fixes them.
+  Encoded without TensorFlow (``prefetchd.kernel.example_encode`` and
+  ``prefetchd.kernel.framing``). Record sizes follow the object size (``plan_records``) unless
+  ``record_size`` fixes them.
 - ``raw``: each object is random bytes; prefetchd turns it into one Example whose ``key`` is
   the object key, so the keys are the sample ids.
 - ``lines``: each object is JSONL (``.jsonl``), one ~``LINE_BYTES`` line per record:

@@ -1,6 +1,6 @@
 """The benchmark's surroundings: required packages (and what a contender or the plot needs),
 the processes' environment, the machine description in the results, bytecode, and the
-progress log."""
+progress lines it prints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """How long one trainer process waited for shards: ``ConsumerStats``, the trainer's half of
-``consumer_wait_s`` and the bottleneck verdict (the daemon reads it, ``consume/report.py``)."""
+``consumer_wait_s`` and the bottleneck verdict (the daemon reads it; its format is
+``messages/consumer_report.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ class ConsumerStats:
     """How long one trainer process waited for shards, as read by the daemon's status.
 
     Owns the figures only; ``ClaimantLock`` stores them in ``consumers/<claimant>.lock`` as a
-    ``ConsumerReport`` (``consume/report.py``). ``wait_s`` counts finished waits;
+    ``ConsumerReport`` (``messages/consumer_report.py``). ``wait_s`` counts finished waits;
     ``waiting_since`` (time.monotonic(), a system-wide clock, so the supervisor compares it
     with its own) is set while at least one of the process's ``ready_files()`` iterators is
     waiting, so a reader adds the wait still under way.

@@ -3,7 +3,7 @@
 Raw bytes on local disk (published, claimed or being fetched) stay within ``download.window``.
 An object fetched again keeps its room until it is published or skipped: the next epoch's
 objects, which writers leave alone until then, must not take it. Kept copies handed to the
-writers take no disk of their own, so they are held to a second ledger (``handoff``, also
+writers take no disk of their own, so they are held to a second account (``handoff``, also
 ``download.window`` bytes) instead; it keeps ``ready/`` as short as downloads do. Room comes
 back when a writer deletes (or renames away) its claimed object, which inotify reports.
 """
@@ -26,7 +26,7 @@ DELETIONS_EVERY = 0.02
 
 
 class Admission:
-    """Owns the two byte ledgers (``window`` for downloads, ``handoff`` for kept copies), what
+    """Owns the two byte accounts (``window`` for downloads, ``handoff`` for kept copies), what
     is charged to them after a start-up or a lost event (the objects on disk and in flight),
     and the inotify watches that free their room: deletions from ``claimed/`` (a writer is
     done) and from ``ready/`` (someone else deleted an object no writer read: ``vanished``)."""
@@ -91,7 +91,7 @@ class Admission:
 
     def reset(self, held: dict[str, int]) -> None:
         """Charge what is on disk (after a start-up or a lost inotify event) to the window,
-        except kept objects handed to the writers, which the hand-over ledger holds."""
+        except kept objects handed to the writers, which the hand-over account holds."""
         kept = {n: s for n, s in held.items() if n in self.linked}
         self.window.reset({n: s for n, s in held.items() if n not in kept})
         self.handoff.reset(kept)

@@ -1,6 +1,6 @@
 """``download.keep`` in the downloader's loop: an object whose verified copy is kept
 (``keeper.py``) is published without a GET. The kept file is hard-linked at ``.tmp/<obj>.part``
-and published as a download is (``publish.py``), held to the hand-over ledger
+and published as a download is (``publish.py``), held to the hand-over account
 (``admission.py``) instead of the window.
 """
 
@@ -78,7 +78,7 @@ class Handover:
 
     def serve(self, job: Job) -> bool | None:
         """Publish ``job`` from its kept copy: True if done, False if it must be downloaded,
-        None if it must wait (the hand-over ledger is full, or the previous epoch is still
+        None if it must wait (the hand-over account is full, or the previous epoch is still
         downloading it to keep it): the loop waits, as for the window."""
         name = self.keeper.usable(job.obj) if self.keeper is not None else None
         if self.keeper is None or name is None:

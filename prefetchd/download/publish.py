@@ -82,7 +82,7 @@ class Publisher:
             "epoch": job.epoch,
         }
         if job.records_ok:
-            meta["records_ok"] = True  # the writer skips its read-through (writer._validate)
+            meta["records_ok"] = True  # the writer skips its read-through (ObjectReader._validate)
         # A first write needs no temp name + rename (one of ~6 syscalls per object): a writer
         # opens a meta only once its object is in ready/, after this returned (the order
         # in the module docstring), and a first meta left partial by a crash belongs to an

@@ -17,7 +17,7 @@ files are in ``layout``'s tree; the modules here:
 
 **The downloader publishes an object** (``cache_dir``):
 
-1. ``meta/<obj>.json`` written (key, size, etag),
+1. ``meta/<obj>.json`` written (key, size, etag, epoch),
 2. ``P <hash>`` appended to the download log of its epoch,
 3. ``.tmp/<obj>.part`` renamed to ``ready/<obj>`` (the commit point: a writer may take it).
 
@@ -25,7 +25,7 @@ An object given up (404, 412, corrupt on every fetch) gets an ``S <hash>`` line 
 every object of epoch k is logged, it writes ``epochs/<k>.downloaded``.
 
 **A writer takes an object** by renaming ``ready/<obj>`` to ``claimed/w<i>-<obj>``; from then
-on only writer i reads it. **It publishes a shard** (``Writer._publish``):
+on only writer i reads it. **It publishes a shard** (``Publisher.publish``, ``write/publish.py``):
 
 1. ``.tmp/<shard>.part`` flushed and truncated to its records (complete, not yet visible),
 2. ``<shard> <records>`` appended to the ledger ``shards/e<k>.w<i>.log`` and fsynced,
@@ -48,7 +48,7 @@ the RAM disk it drops that epoch's ledger.
 **Trainers** claim a shard by renaming ``ready/<shard>`` to ``claimed/<claimant>-<shard>`` while
 holding ``consumers/<claimant>.lock``; a claim whose lock no live process holds goes back to
 ``ready/``. That is at least once for a trainer that restarts without a saved position, and
-exactly once relative to a saved one (``consume/progress.py``).
+exactly once relative to a saved one (``consume/stream_position.py``).
 
 **After a SIGKILL of a writer**, the supervisor restarts it; writer i reads the last entry of
 its journal, renames that shard into ``ready/`` if it is still in ``.tmp`` (roll forward),

@@ -1,6 +1,6 @@
 """The consumer report: a trainer process's wait figures, in ``ram_dir/consumers/<claimant>.lock``.
 
-Written by the trainer (``consume.ready.ConsumerStats``, rewritten in place on every wait and
+Written by the trainer (``consume.waits.ConsumerStats``, rewritten in place on every wait and
 claim), read by the daemon (``status.read_consumers``) for ``consumer_wait_s`` and the bottleneck
 verdict. One JSON object padded with spaces to ``RECORD_SIZE`` bytes, so a reader of the file
 (rewritten in place, never truncated) never sees a shorter record's leftovers::

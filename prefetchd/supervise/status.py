@@ -1,8 +1,8 @@
 """The status record: how the supervisor keeps its books and how people and programs read it.
 
 ``status.json`` in ``status.state_dir`` is rewritten atomically about once a second by the
-supervisor. Its format is ``status_record.py`` (keys are interface: docs/status.md "--json");
-the table is for people. Also here: reading the children's reports and the trainers' wait
+supervisor. Its format is ``messages/status_record.py`` (keys are interface: docs/status.md
+"--json"); the table is for people. Also here: reading the children's reports and the trainers' wait
 figures, the formats of which are ``messages/child_report.py`` and ``messages/consumer_report.py``.
 """
 
@@ -136,7 +136,7 @@ class ConsumerWaits:
 
 
 def read_consumers(layout: Layout) -> dict[str, ConsumerReport]:
-    """The wait figures each live trainer process keeps in ``consumers/<owner>.lock``."""
+    """The wait figures each live trainer process keeps in ``consumers/<claimant>.lock``."""
     reports: dict[str, ConsumerReport] = {}
     try:
         entries = list(os.scandir(layout.ram_consumers))

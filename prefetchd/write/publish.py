@@ -1,11 +1,12 @@
 """Publishing: a writer's current shard, its commit, and the roll-forward after a crash.
 
 Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced; the line's
-format is ``journal.py``)::
+format is ``exactly_once/journal.py``)::
 
-    shard complete in .tmp  ->  ledger line (``ledger.py``)  ->  journal line {shard, positions,
-    finished}  ->  rename into ready/  ->  delete the raw objects whose last record is in that
-    shard (meta first: a meta whose object is gone then always means the object vanished)
+    shard complete in .tmp  ->  ledger line (``exactly_once/ledger.py``)  ->  journal line
+    {shard, positions, finished}  ->  rename into ready/  ->  delete the raw objects whose last
+    record is in that shard (meta first: a meta whose object is gone then always means the
+    object vanished)
 
 ``positions`` counts the records taken from every still-open object. After a crash the writer
 rolls the last journalled shard forward if it is still in ``.tmp``, drops other temp shards,

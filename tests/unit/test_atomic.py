@@ -55,7 +55,7 @@ def test_make_private_dir_tightens_our_own_0750_dir(tmp_path: Path) -> None:
 
 
 def test_make_private_dir_never_changes_the_mode_of_a_dir_it_did_not_make(tmp_path: Path) -> None:
-    """DESIGN.md invariant 7: an existing directory someone else made keeps its mode."""
+    """docs/reliability.md invariant 7: an existing directory someone else made keeps its mode."""
     path = tmp_path / "d"
     path.mkdir()
     path.chmod(0o750)

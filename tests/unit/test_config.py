@@ -1,4 +1,4 @@
-"""The config contract: every key, its allowed values, and one-line errors.
+"""The config contract (every key: configs/example.yaml): its allowed values and one-line errors.
 
 Every error a user can make must come back as a ``ConfigError`` (exit 2) whose message is one
 line naming the key and the bad value, so ``prefetchd check`` can print it instead of a
@@ -26,8 +26,8 @@ from prefetchd.errors import EXIT_USAGE, ConfigError
 MiB, GiB = 1024**2, 1024**3
 URL = "s3://bucket/data/"
 
-# The sample config of the product contract, every key with its default and a comment.
-CONTRACT_SAMPLE = """\
+# The full sample config: every key at its documented default, as configs/example.yaml has it.
+SAMPLE_CONFIG = """\
 source:
   url: s3://bucket/prefix/       # required
   endpoint_url: null             # any S3-compatible endpoint; null = AWS
@@ -112,7 +112,7 @@ def shown(value: object) -> str:
 
 
 def test_design_sample_config_loads_with_documented_values(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, CONTRACT_SAMPLE))
+    config = load_config(write(tmp_path, SAMPLE_CONFIG))
     assert config.source.url == "s3://bucket/prefix/"
     assert (config.source.bucket, config.source.prefix) == ("bucket", "prefix/")
     assert config.source.include == ("*",)
@@ -129,7 +129,7 @@ def test_design_sample_config_loads_with_documented_values(tmp_path: Path) -> No
 
 
 def test_only_source_url_is_required_and_defaults_match_design(tmp_path: Path) -> None:
-    from_file = load_config(write(tmp_path, CONTRACT_SAMPLE))
+    from_file = load_config(write(tmp_path, SAMPLE_CONFIG))
     minimal = config_from_dict({"source": {"url": "s3://bucket/prefix/"}})
     assert dataclasses.replace(minimal, path=from_file.path) == from_file
 
