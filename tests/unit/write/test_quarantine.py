@@ -33,7 +33,7 @@ from prefetchd.write.quarantine import (
 )
 from testkit.sample_data import decode_example
 
-MIB = 1024**2
+KIB, MIB = 1024, 1024**2
 LIMIT = MIB
 BUFFERS = 4 * MIB  # read and decompression buffers, whatever the object holds
 
@@ -326,8 +326,10 @@ def test_max_record_size_over_what_the_ram_budget_holds_is_one_line_naming_the_k
 
 def test_max_record_size_defaults_to_64mib_or_what_the_ram_budget_holds() -> None:
     assert config_from_dict(config()).output.max_record_size == 64 * MIB
-    small = config_from_dict(config(ram_budget="9MiB")).output
-    assert small.max_record_size == 3 * MIB
+    small = config_from_dict(config(ram_budget="9MiB")).output  # shard_size 1 MiB, 2 writers
+    # each writer's share of what the trainers' shard and the small files leave, less a
+    # record's Example and framing: (9 MiB - 64 KiB - 1 MiB) / 2 - 16 KiB
+    assert small.max_record_size == (9 * MIB - 64 * KIB - MIB) // 2 - 16 * KIB
 
 
 @pytest.mark.parametrize("value", [0, -1, "soon", True, 10**6])

@@ -53,8 +53,21 @@ def test_the_budget_blocks_a_reservation_that_would_not_fit(layout: Layout) -> N
     first.write_frames([frame(b"x")], 1)
     second = ShardFile(layout, "e00000-w01-0000000.tfrecord", budget)
     with pytest.raises(Interrupted):
-        second.write_frames([frame(b"y")], 1)
+        second.write_frames([frame(b"y" * 2 * MiB)], 1)
     assert budget.used() == 4 * MiB, "nothing reserved past the budget"
+
+
+def test_what_a_chunk_would_not_fit_is_reserved_exactly(layout: Layout) -> None:
+    """A writer finishing a large record may need the last bytes of its share of the budget
+    (``config.record_size_limit``): when a whole chunk does not fit, just what it needs (in
+    pages) is reserved, if that fits."""
+    budget = RamBudget(layout, 6 * MiB, 4 * MiB, lambda: True)
+    first = ShardFile(layout, NAME, budget)
+    first.write_frames([frame(b"x")], 1)
+    second = ShardFile(layout, "e00000-w01-0000000.tfrecord", budget)
+    second.write_frames([frame(b"y" * 1000 * 1024)], 1)
+    assert os.stat(second.tmp).st_size == 1000 * 1024 + 4096  # the frame's 16 bytes: a page
+    assert budget.used() <= 6 * MiB - 64 * 1024
 
 
 def test_a_full_ram_disk_is_waited_out_at_the_write_and_no_byte_is_lost_or_repeated(
