@@ -75,7 +75,8 @@ class Supervisor:
         self.lifecycle = Lifecycle(self.children, self._start_process)
         self.state = DaemonState.STARTING  # then only DAEMON.move changes it
         self.reason: str | None = None
-        self.outcome: tuple[str, str] = (COMPLETE, "")  # set when done (supervise/outcome.py)
+        # once done and the children's final counters are in: (outcome, summary), outcome.py
+        self.outcome: tuple[str, str] | None = None
         self.signals: deque[int] = deque()
         self.totals = Totals()
         self.rates = Rates()
@@ -116,6 +117,9 @@ class Supervisor:
         finally:
             self._stop_children()
             self._collect_reports()  # the children's last words: final counters
+            if self.state is DaemonState.DONE:
+                # only now: a writer's last quarantine may not have been reported at done
+                self.outcome = outcome(self._counts())
             self._publish_status(force=True)
             if self.metrics is not None:
                 self.metrics.stop()
@@ -126,11 +130,11 @@ class Supervisor:
             self.ownership.close()
         if self.state is DaemonState.FAILED:
             return EXIT_FAILURE
-        if self.state is DaemonState.DONE and self.outcome[0] != COMPLETE:
+        if self.outcome is not None and self.outcome[0] != COMPLETE:
             # the last line says it, after the children's last words
             log.warning("job finished: %s (exit %d)", self.outcome[1], EXIT_INCOMPLETE)
             return EXIT_INCOMPLETE
-        if self.state is DaemonState.DONE:
+        if self.outcome is not None:
             log.info("job finished: %s", self.outcome[1])
         return EXIT_OK
 
@@ -426,11 +430,10 @@ class Supervisor:
             return
         if self._lost_something():
             return  # never done with records missing
-        self.outcome = outcome(self._counts())
-        DAEMON.move(self, DaemonState.DONE, "daemon", f"{count} epochs, {self.outcome[1]}")
+        DAEMON.move(self, DaemonState.DONE, "daemon", f"{count} epochs")
         job = json.loads(lay.job_file.read_text(encoding="utf-8"))
         write_atomic(lay.job_file, json.dumps({**job, "finished": True}).encode(), fsync=True)
-        log.info("all %d epochs consumed (%s); exiting", count, self.outcome[1])
+        log.info("all %d epochs consumed; exiting", count)
 
     def _counts(self) -> Counts:
         """The children's counters summed (over restarts too)."""
@@ -503,12 +506,11 @@ class Supervisor:
             1.0, self.series.rate("writer_ram_wait_s") / max(self.config.output.writers, 1)
         )
         avg_rate = round(counts.bytes_downloaded / elapsed, 1)
-        done = self.state is DaemonState.DONE
         record = StatusRecord(
             state=str(self.state),
             reason=self.reason,
-            outcome=self.outcome[0] if done else None,
-            outcome_summary=self.outcome[1] if done else None,
+            outcome=self.outcome[0] if self.outcome else None,
+            outcome_summary=self.outcome[1] if self.outcome else None,
             pid=os.getpid(),
             prefetchd_version=__version__,
             config=str(self.config.path) if self.config.path else None,
