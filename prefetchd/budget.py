@@ -15,19 +15,50 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prefetchd.atomic import dir_bytes
+from prefetchd.config import SMALL_FILES_RESERVE
 from prefetchd.layout import Layout
 
 log = logging.getLogger(__name__)
 
 RAM_CHUNK_MAX = 16 * 1024 * 1024
+PAGE = 4096
+
+
+@contextlib.contextmanager
+def budget_lock(fd: int) -> Iterator[None]:
+    """Hold the RAM budget's lock (``layout.budget_lock``, open as ``fd``)."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def rename_under_budget_lock(layout: Layout, source: Path, target: Path) -> None:
+    """``os.rename(source, target)`` for a shard moving backwards (claimed/ to ready/), under
+    the budget lock: a writer adding up ``ram_dir`` meanwhile would miss it (ready/ is listed
+    before claimed/) and reserve its bytes again. Without the lock file (no writer has run
+    yet) the rename is made as it is. Raises what ``os.rename`` raises."""
+    try:
+        fd = os.open(layout.budget_lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        os.rename(source, target)
+        return
+    try:
+        with budget_lock(fd):
+            os.rename(source, target)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -104,19 +135,26 @@ class RamBudget:
 
     def used(self) -> int:
         lay = self.layout
-        # consumers/ too: each trainer's lock file carries its wait figures (256 bytes), and
-        # the promise is about every byte under ram_dir.
-        return dir_bytes(*lay.ram_shard_dirs, lay.ram_consumers)
+        # consumers/ and ram_dir's own files too (owner, locks): the promise is about every
+        # byte under ram_dir. Renames between the shard directories go forwards (.tmp, ready,
+        # claimed, done: the order they are listed in, so a file moved meanwhile is counted
+        # twice, never missed) except a claim given back to ready/, which is made under this
+        # lock (``budget_lock``).
+        return dir_bytes(lay.ram, *lay.ram_shard_dirs, lay.ram_consumers)
 
     def extend(self, fd: int, reserved: int, need: int) -> int:
         """Grow the reservation of ``fd`` from ``reserved`` to at least ``need``; blocks until the
-        budget has room. Returns the new reservation."""
+        budget has room. Returns the new reservation. A whole number of chunks when they fit,
+        else just ``need`` (in pages): a writer finishing a large record may need the last
+        bytes of its share, which ``config.record_size_limit`` counts on."""
         grow = -(-(need - reserved) // self.chunk) * self.chunk
+        exact = -(-(need - reserved) // PAGE) * PAGE
         started = time.monotonic()
         try:
             while True:
-                if self._try(fd, reserved, grow):
-                    return reserved + grow
+                for size in (grow, exact) if exact < grow else (grow,):
+                    if self._try(fd, reserved, size):
+                        return reserved + size
                 if self.should_stop():
                     raise Interrupted
                 time.sleep(0.02)
@@ -124,14 +162,12 @@ class RamBudget:
             self.waited += time.monotonic() - started
 
     def _try(self, fd: int, reserved: int, grow: int) -> bool:
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        try:
-            if not ram_fits(self.used(), grow, self.budget - self.headroom()):
+        with budget_lock(self._lock_fd):
+            limit = self.budget - SMALL_FILES_RESERVE - self.headroom()
+            if not ram_fits(self.used(), grow, limit):
                 return False
             os.ftruncate(fd, reserved + grow)  # the account is the size: nothing is allocated
             return True
-        finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def disk_full(self) -> None:
         """A write within the reservation found the RAM disk itself full (ENOSPC): wait a

@@ -28,6 +28,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 BUILTIN_FORMATS = ("tfrecord", "raw", "lines", "tar")
 CLIENTS = ("classic", "crt")
 COMPRESSIONS = ("none", "gzip")
+BAD_OBJECT_POLICIES = ("skip", "fail")  # output.on_bad_object
 ADDRESSING_STYLES = ("auto", "path", "virtual")
 DEFAULT_MAX_RECORD_SIZE = 64 * 1024**2
 DEFAULT_PARSE_TIMEOUT = 300.0
@@ -99,6 +100,7 @@ class OutputConfig:
     mix: int = 8
     compression: str = "none"
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE  # larger records quarantine their object
+    on_bad_object: str = "skip"  # skip: quarantine, count, exit 4 at the end | fail: exit 1
 
 
 @dataclass(frozen=True)
@@ -459,6 +461,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
             "mix": _Spec(_int_in(1, 4096)),
             "compression": _Spec(_choice(*COMPRESSIONS)),
             "max_record_size": _Spec(_size_in(1024**2, 4 * 1024**3)),
+            "on_bad_object": _Spec(_choice(*BAD_OBJECT_POLICIES)),
         },
     ),
     "status": (
@@ -525,10 +528,29 @@ def workers_from_tf_config(text: str | None) -> tuple[int, int]:
     )
 
 
+# Bytes of the RAM budget the writers leave to the small files under ram_dir that are
+# written without the budget lock: each trainer's lock file (256 bytes), the owner and lock
+# files of the directory. 64 KiB covers 200 trainer processes.
+SMALL_FILES_RESERVE = 64 * 1024
+# What a record's frame adds to the size ``max_record_size`` is compared with: the TFRecord
+# framing (16 bytes) and the Example around a raw object's, a line's or a tar sample's bytes
+# (its key, feature names and tags; an S3 key is at most 1 KiB).
+RECORD_OVERHEAD = 16 * 1024
+
+
 def record_size_limit(out: OutputConfig) -> int:
-    """The largest ``output.max_record_size`` the RAM budget allows: every writer may hold
-    one record of that size in its shard while the trainers hold a shard each."""
-    return out.ram_budget // (out.writers + 1)
+    """The largest ``output.max_record_size`` the RAM budget allows.
+
+    What the budget must hold at once for every writer to finish its shard (else writers
+    waiting for room could wait on each other for ever): each writer's shard in progress, and
+    one shard the trainers read. A writer puts a record that does not fit in the rest of its
+    shard into a shard of its own (``write/writer.py``), so its shard in progress is at most
+    ``max(shard_size, one record's frame)``; the trainers' shard is at most ``shard_size``
+    (that is ``(writers + 1) x shard_size <= ram_budget``, checked at load). So a record's
+    frame may take a writer's share, ``(ram_budget - small files - shard_size) / writers``.
+    """
+    share = (out.ram_budget - SMALL_FILES_RESERVE - out.shard_size) // out.writers
+    return max(0, share - RECORD_OVERHEAD)
 
 
 def _fit_max_record_size(config: Config, *, explicit: bool) -> Config:
@@ -542,7 +564,9 @@ def _fit_max_record_size(config: Config, *, explicit: bool) -> Config:
     if explicit:
         raise ConfigError(
             f"output.max_record_size: {format_size(out.max_record_size)} is too large: it must "
-            f"be at most output.ram_budget / (output.writers + 1) = {format_size(limit)}"
+            f"be at most {format_size(limit)} with output.ram_budget {format_size(out.ram_budget)}"
+            f", {out.writers} writers and shard_size {format_size(out.shard_size)} (each writer"
+            " must hold one record besides the shard the trainers read)"
         )
     return replace(config, output=replace(out, max_record_size=limit))
 

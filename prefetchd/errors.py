@@ -7,6 +7,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NOT_RUNNING = 3
+EXIT_INCOMPLETE = 4  # run: every epoch consumed, but some objects were quarantined or skipped
 
 
 class PrefetchdError(Exception):

@@ -16,6 +16,7 @@ from prefetchd.download.order import in_share, matches
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client, session
 from prefetchd.errors import ConfigError
 from prefetchd.layout import Layout
+from prefetchd.oversize import Oversized
 from prefetchd.owner import dir_findings
 from prefetchd.sizes import format_size
 from prefetchd.write.formats import get_format
@@ -86,6 +87,14 @@ def _check_store(config: Config, listed: list[int]) -> Iterator[Finding]:
             f"bucket {src.bucket} readable: {len(matching)} of {len(keys)} listed objects "
             f"are this worker's{more}",
         )
+    oversized = Oversized(config)
+    for item in items:
+        if item["Key"] in mine:
+            oversized.add(item["Key"], int(item["Size"]))
+    too_large = oversized.message()
+    if too_large:
+        level = "fail" if config.output.on_bad_object == "fail" else "warn"
+        yield Finding(level, f"{too_large}{more}")
 
 
 def _check_format(config: Config) -> Finding:

@@ -35,16 +35,34 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"prefetchd: {message} (see prefetchd --help)\n")
 
 
+EXIT_CODES = """exit codes:
+  0  every epoch consumed and every record delivered (or drained after SIGTERM/SIGINT)
+  4  every epoch consumed, but some objects' records were not delivered (quarantined or
+     skipped; status says how many, the log names each); output.on_bad_object: fail
+     turns the first such object into exit 1
+  1  runtime failure (one line says why)
+  2  invalid config or usage
+  3  (status) no daemon running for that config"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="prefetchd",
         description=(
             "Prefetch training data from S3 into TFRecord shards on a RAM disk, beside the trainer."
         ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"prefetchd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="run the daemon in the foreground")
+    run = sub.add_parser(
+        "run",
+        help="run the daemon in the foreground",
+        description="Run the daemon in the foreground until the last epoch is consumed.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("--config", required=True, help="path to the YAML config")
     status = sub.add_parser("status", help="show the state of a running daemon")
     status.add_argument("--config", required=True, help="path to the YAML config")

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from prefetchd.atomic import holds_lock
+from prefetchd.budget import rename_under_budget_lock
 from prefetchd.layout import Layout, parse_claim_name
 
 
@@ -32,7 +33,10 @@ def give_back(layout: Layout, claimed: str) -> None:
     shard = parse_claim_name(claimed)
     with contextlib.suppress(FileNotFoundError):
         if shard is not None:
-            os.rename(layout.ram_claimed / claimed, layout.ram_ready / shard[1])
+            # backwards: under the budget lock, or a writer adding up ram_dir could miss it
+            rename_under_budget_lock(
+                layout, layout.ram_claimed / claimed, layout.ram_ready / shard[1]
+            )
 
 
 def retire(claimed: Path, done: Path, name: str) -> None:

@@ -40,6 +40,7 @@ from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import DownloaderCounters
+from prefetchd.oversize import Oversized
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +110,12 @@ class Downloader:
 
     def _list_share(self) -> ShareTable:
         share = ShareTable()
+        oversized = Oversized(self.config)
         client = make_client(self.config, pool=8)
         try:
             for obj in list_share(client, self.config, listed=self._listed):
                 share.append(obj)
+                oversized.add(obj.key, obj.size)
             share.finish()
         except RuntimeFailure:
             raise
@@ -133,6 +136,11 @@ class Downloader:
         )
         if share.duplicates:
             log.warning("%d keys were listed more than once; each is read once", share.duplicates)
+        too_large = oversized.message()
+        if too_large and self.config.output.on_bad_object == "fail":
+            raise RuntimeFailure(f"output.on_bad_object is fail: {too_large}")
+        if too_large:
+            log.warning("%s", too_large)
         return share
 
     def _listed(self, count: int) -> None:
@@ -286,6 +294,7 @@ def new_counters(window_limit: int) -> DownloaderCounters:
         retries=0,
         errors=0,
         objects_skipped=0,
+        bytes_skipped=0,
         integrity_failures=0,
         objects_unverified=0,
         verify_requests=0,

@@ -141,6 +141,7 @@ class Publisher:
         self.ctx.error(job.obj.key, reason)
         self.counters["errors"] += 1
         self.counters["objects_skipped"] += 1
+        self.counters["bytes_skipped"] += job.obj.size
         self.download_log.append(job.epoch, job.name, SKIPPED)
         self.plan.mark_done(job)
 

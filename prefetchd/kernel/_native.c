@@ -646,7 +646,8 @@ static int tar_has(const tar_scan_t *s, const uint8_t *ext, size_t ext_len) {
 static int tar_ext_ok(const uint8_t *ext, size_t n) {
     if (n == 3 && memcmp(ext, NAME_TAR_KEY, 3) == 0) return 0; /* tarfile path: "reserved" */
     for (size_t i = 0; i < n; i++)
-        if (ext[i] >= 0x80) return 0; /* non-ASCII feature names: left to the tarfile path */
+        if (ext[i] >= 0x80 || ext[i] == '%')
+            return 0; /* non-ASCII or escaped feature names (formats/tar.py): the tarfile path */
     return 1;
 }
 

@@ -282,7 +282,8 @@ def _tar_split(name: bytes) -> tuple[bytes, bytes] | None:
 
 
 def _tar_ext_ok(ext: bytes) -> bool:
-    return ext != b"key" and ext.isascii()  # else the tarfile path raises or encodes
+    # else the tarfile path raises ("reserved") or escapes the name (formats/tar.py)
+    return ext != b"key" and ext.isascii() and b"%" not in ext
 
 
 def index_file(fd: int, size: int) -> bytes:

@@ -24,6 +24,7 @@ class DownloaderCounters(TypedDict):
     retries: int
     errors: int
     objects_skipped: int
+    bytes_skipped: int  # their listed size
     integrity_failures: int
     objects_unverified: int
     verify_requests: int
@@ -62,6 +63,7 @@ class WriterCounters(TypedDict):
     objects_open: int
     activity: Activity
     objects_quarantined: int  # objects set aside for good (docs/status.md), by reason:
+    bytes_quarantined: int  # their size as downloaded
     quarantined_corrupt: int
     quarantined_too_large: int
     quarantined_timeout: int
@@ -105,6 +107,8 @@ class Counts:
     retries: int = 0
     errors: int = 0
     objects_quarantined: int = 0
+    bytes_quarantined: int = 0
+    bytes_skipped: int = 0
     quarantined_corrupt: int = 0
     quarantined_too_large: int = 0
     quarantined_timeout: int = 0

@@ -96,6 +96,9 @@ class StatusRecord:
 
     state: str  # a DaemonState (another version may know others)
     reason: str | None = None
+    # once done: "complete" (every record delivered) or "incomplete" (supervise/outcome.py)
+    outcome: str | None = None
+    outcome_summary: str | None = None
     pid: int = 0
     prefetchd_version: str | None = None  # the running daemon's release, not the reader's
     config: str | None = None

@@ -292,11 +292,14 @@ def render_table(status: StatusRecord) -> str:
 def _header(status: StatusRecord) -> list[str]:
     lines = [
         f"prefetchd {status.state}"
+        + (f" ({status.outcome})" if status.outcome else "")
         + (f": {_safe(status.reason, 300)}" if status.reason else "")
         + f"   pid {status.pid or '-'}, up {_duration(status.uptime_s)}"
         + (f", version {status.prefetchd_version}" if status.prefetchd_version else ""),
         f"  config        {_safe(status.config or '?', 300)}",
     ]
+    if status.outcome_summary:
+        lines.append(f"  outcome       {_safe(status.outcome_summary, 300)}")
     verdict = status.bottleneck
     if verdict is not None:
         lines.append(f"  bottleneck    {verdict.verdict}: {verdict.summary}")

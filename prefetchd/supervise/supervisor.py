@@ -24,8 +24,9 @@ from typing import Any
 
 from prefetchd import __version__
 from prefetchd.atomic import dir_bytes, holds_lock, write_atomic
+from prefetchd.budget import rename_under_budget_lock
 from prefetchd.config import Config
-from prefetchd.errors import EXIT_FAILURE, EXIT_OK
+from prefetchd.errors import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK
 from prefetchd.exactly_once.ledger import forget_epoch, record_delivered
 from prefetchd.exactly_once.markers import first_epoch_without, mark_complete
 from prefetchd.exactly_once.recovery import CACHE, RAM, recover, write_disks
@@ -33,6 +34,7 @@ from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claimed_object, epoch_prefix, is_own_file, parse_claim_name
 from prefetchd.logs import redact
 from prefetchd.messages.child_report import ChildReport
+from prefetchd.messages.counters import Counts
 from prefetchd.messages.epoch_keep import hit_ratio
 from prefetchd.messages.status_record import ChildStatus, DaemonState, EpochStatus, StatusRecord
 from prefetchd.owner import Ownership, claim_dirs
@@ -41,6 +43,7 @@ from prefetchd.roles.table import ROLES
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
 from prefetchd.supervise.keep_status import keep_epochs
+from prefetchd.supervise.outcome import COMPLETE, bad_object_failure, outcome
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
 from prefetchd.supervise.states import DAEMON, ChildState
 from prefetchd.supervise.status import (
@@ -72,6 +75,8 @@ class Supervisor:
         self.lifecycle = Lifecycle(self.children, self._start_process)
         self.state = DaemonState.STARTING  # then only DAEMON.move changes it
         self.reason: str | None = None
+        # once done and the children's final counters are in: (outcome, summary), outcome.py
+        self.outcome: tuple[str, str] | None = None
         self.signals: deque[int] = deque()
         self.totals = Totals()
         self.rates = Rates()
@@ -105,12 +110,16 @@ class Supervisor:
                 self._note_deliveries()
                 self._check_epochs()
                 self._return_orphaned_claims()
+                self._check_bad_objects()
                 self._check_done()
                 self._publish_status()
                 time.sleep(TICK)
         finally:
             self._stop_children()
             self._collect_reports()  # the children's last words: final counters
+            if self.state is DaemonState.DONE:
+                # only now: a writer's last quarantine may not have been reported at done
+                self.outcome = outcome(self._counts())
             self._publish_status(force=True)
             if self.metrics is not None:
                 self.metrics.stop()
@@ -121,6 +130,12 @@ class Supervisor:
             self.ownership.close()
         if self.state is DaemonState.FAILED:
             return EXIT_FAILURE
+        if self.outcome is not None and self.outcome[0] != COMPLETE:
+            # the last line says it, after the children's last words
+            log.warning("job finished: %s (exit %d)", self.outcome[1], EXIT_INCOMPLETE)
+            return EXIT_INCOMPLETE
+        if self.outcome is not None:
+            log.info("job finished: %s", self.outcome[1])
         return EXIT_OK
 
     def _boot(self) -> None:
@@ -400,7 +415,7 @@ class Supervisor:
                 dead[owner] = not holds_lock(lay.consumer_lock(owner))
             if dead[owner]:
                 log.warning("trainer %s died holding %s; returning it to ready/", owner, shard)
-                os.rename(lay.ram_claimed / name, lay.ram_ready / shard)
+                rename_under_budget_lock(lay, lay.ram_claimed / name, lay.ram_ready / shard)
         for claimant, lock in lay.consumer_locks().items():
             is_dead = dead[claimant] if claimant in dead else not holds_lock(lock)
             if is_dead:
@@ -418,7 +433,22 @@ class Supervisor:
         DAEMON.move(self, DaemonState.DONE, "daemon", f"{count} epochs")
         job = json.loads(lay.job_file.read_text(encoding="utf-8"))
         write_atomic(lay.job_file, json.dumps({**job, "finished": True}).encode(), fsync=True)
-        log.info("all %d epochs delivered and consumed; exiting", count)
+        log.info("all %d epochs consumed; exiting", count)
+
+    def _counts(self) -> Counts:
+        """The children's counters summed (over restarts too)."""
+        reports = {c.name: c.last_report for c in self.children if c.last_report is not None}
+        return self.totals.sum(reports)
+
+    def _check_bad_objects(self) -> None:
+        """``output.on_bad_object: fail``: fail at the first object not delivered, naming it."""
+        if self.config.output.on_bad_object != "fail" or self.state is DaemonState.FAILED:
+            return
+        reports = [c.last_report for c in self.children if c.last_report is not None]
+        errors = sorted((e for r in reports for e in r.last_errors), key=lambda e: e.time)
+        reason = bad_object_failure(self._counts(), errors, self.config.source.bucket)
+        if reason is not None:
+            self._fail(reason)
 
     # --- status -------------------------------------------------------------------------------
 
@@ -479,6 +509,8 @@ class Supervisor:
         record = StatusRecord(
             state=str(self.state),
             reason=self.reason,
+            outcome=self.outcome[0] if self.outcome else None,
+            outcome_summary=self.outcome[1] if self.outcome else None,
             pid=os.getpid(),
             prefetchd_version=__version__,
             config=str(self.config.path) if self.config.path else None,

@@ -7,6 +7,7 @@ batches of its open objects into a shard. Per-record work happens inside one cal
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections.abc import Iterable, Iterator
@@ -46,6 +47,14 @@ class Frames:
         """The size of the largest frame (``map`` does the work: no Python code per frame)."""
         starts = itertools.chain((0,), self.ends[:-1])
         return max(map(operator.sub, self.ends, starts), default=0)
+
+    @functools.cached_property
+    def largest_frame(self) -> int:
+        """``largest()``, worked out once per batch (the writer asks before each step)."""
+        return self.largest()
+
+    def frame_size(self, i: int) -> int:
+        return self.ends[i] - self.start(i)
 
     def payloads(self) -> Iterator[bytes]:
         """Each frame's record data (for tests and the record-level API; not the hot path)."""

@@ -12,6 +12,10 @@ input batches). While one object is holding more (a record near ``output.max_rec
 the writer takes records only from the objects whose batch is not used up and gives no other
 object a new batch nor opens one until it is back under (``may_fetch``): so one writer holds at
 most one large record's batch at a time, whatever ``output.mix`` is.
+
+Shards: a record whose frame does not fit in the rest of the shard (``large_ahead``,
+``next_frame``) goes into a shard of its own, so a writer's shard in progress is at most
+``max(shard_size, one frame)``: what ``config.record_size_limit`` counts on.
 """
 
 from __future__ import annotations
@@ -124,6 +128,25 @@ class Mixer:
                     self._next_batch(obj)
                 else:
                     self._park(obj)
+
+    # --- a large record in a shard of its own ------------------------------------------------
+
+    def large_ahead(self, mixable: list[OpenObject], room: int) -> bool:
+        """Whether some current batch may hold a frame larger than ``room`` (the rest of the
+        shard): then records are drawn one at a time, so each one is placed where it fits."""
+        for o in mixable:
+            frames = o.frames
+            rest = len(frames.data) - frames.start(o.cursor) if o.cursor < len(frames) else 0
+            if rest > room and frames.largest_frame > room:
+                return True
+        return False
+
+    def next_frame(self, mixable: list[OpenObject]) -> int:
+        """The size of the frame the next pick takes (0: its object's batch ran out)."""
+        if self.pick_at * 4 >= len(self.picks):
+            self._draw_picks(mixable)
+        obj = mixable[memoryview(self.picks).cast("I")[self.pick_at]]  # native uint32
+        return obj.frames.frame_size(obj.cursor) if obj.cursor < len(obj.frames) else 0
 
     def _draw_picks(self, mixable: list[OpenObject]) -> None:
         """Draw the next choices of object: no more than can be used before some object's

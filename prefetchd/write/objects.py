@@ -185,6 +185,10 @@ class ObjectReader:
         """Set ``obj`` aside for good: deleted at once (so a restart cannot count it again),
         logged once with its key and the reason, counted under its ``Reason``."""
         reason, message = classify(exc)
+        try:
+            size = os.stat(self.claimed(obj.name)).st_size
+        except OSError:
+            size = 0
         self.delete(obj.name)
         log.error(
             "quarantined s3://%s/%s (%s): %s",
@@ -197,6 +201,7 @@ class ObjectReader:
         self.counters["errors"] += 1
         self.counters["objects_consumed"] += 1
         self.counters["objects_quarantined"] += 1
+        self.counters["bytes_quarantined"] += size
         self.counters[_REASON_COUNTER[reason]] += 1
 
     def delete(self, name: str) -> None:

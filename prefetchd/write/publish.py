@@ -102,6 +102,11 @@ class Publisher:
             return self.shard_size - self.shard.size
         return self.shard_size
 
+    def holds_records(self, epoch: int) -> bool:
+        """Whether the current shard is of ``epoch`` and holds records."""
+        shard = self.shard
+        return shard is not None and self.shard_epoch == epoch and shard.records > 0
+
     def shard_for(self, epoch: int) -> ShardFile:
         """The shard records of ``epoch`` go into: the current one, or a new one (the current
         one published first if it is of another epoch)."""

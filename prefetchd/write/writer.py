@@ -68,6 +68,7 @@ def _counters() -> WriterCounters:
         objects_open=0,
         activity=Activity.STARTING,
         objects_quarantined=0,
+        bytes_quarantined=0,
         quarantined_corrupt=0,
         quarantined_too_large=0,
         quarantined_timeout=0,
@@ -176,7 +177,15 @@ class Writer:
             return  # the waiting objects were drained
         mixable = self.mixer.mixable()
         epoch = mixable[0].epoch
-        drawn = self.mixer.draw(mixable, min(STEP_BYTES, self.publisher.room(epoch)))
+        room = self.publisher.room(epoch)
+        limit = min(STEP_BYTES, room)
+        if self.mixer.large_ahead(mixable, room):
+            # one record at a time; one that does not fit in the rest of the shard starts a
+            # shard of its own (config.record_size_limit counts on it)
+            limit = 1
+            if self.mixer.next_frame(mixable) > room and self.publisher.holds_records(epoch):
+                self.publisher.publish()
+        drawn = self.mixer.draw(mixable, limit)
         if drawn.records:
             # `taken` counts only written records: shard_for may journal it (publishing a
             # shard of another epoch), and the write may be interrupted waiting for RAM

@@ -57,7 +57,7 @@ def test_corrupt_object_is_quarantined_and_the_rest_of_the_epoch_delivered(
     daemon = run_daemon(config, env=env)
     out = tmp_path / "t.json"
     result = finish_reader(start_reader(config, out), out)
-    assert daemon.wait(120) == 0, daemon.output()
+    assert daemon.wait(120) == 4, daemon.output()  # done, but not every record delivered
 
     got = delivered([result])
     healthy = Counter(dataset["ids"]) - Counter(victim_ids)

@@ -69,7 +69,7 @@ def test_416_and_403_on_one_object_are_skipped_counted_and_the_epoch_ends(
     daemon = run_daemon(config)
     out = tmp_path / "trainer.json"
     result = finish_reader(start_reader(config, out), out)
-    assert daemon.wait(120) == 0, daemon.output()
+    assert daemon.wait(120) == 4, daemon.output()  # objects skipped: exit 4
 
     expected = Counter(dataset["ids"]) - Counter(lost)
     assert delivered([result]) == expected, "healthy records lost or doubled"
@@ -112,7 +112,7 @@ def test_one_object_failing_for_ever_while_the_store_works_is_given_up(
     daemon = run_daemon(config)
     out = tmp_path / "trainer.json"
     result = finish_reader(start_reader(config, out), out)
-    assert daemon.wait(120) == 0, daemon.output()
+    assert daemon.wait(120) == 4, daemon.output()  # objects skipped: exit 4
 
     assert delivered([result]) == Counter(dataset["ids"]) - Counter(lost)
     status = read_status(config)
@@ -277,7 +277,7 @@ def test_keys_with_control_characters_cannot_forge_log_lines(
     daemon = run_daemon(config)
     out = tmp_path / "trainer.json"
     result = finish_reader(start_reader(config, out), out)
-    assert daemon.wait(120) == 0, daemon.output()
+    assert daemon.wait(120) == 4, daemon.output()  # objects skipped: exit 4
 
     lost = Counter(i for ids in gone for i in ids)
     assert delivered([result]) == Counter(dataset["ids"]) - lost

@@ -29,7 +29,13 @@ Limits: a sample whose members hold more than ``output.max_record_size`` bytes r
 long-name header that large (``tarfile`` would read it whole). The fast reader leaves a batch
 holding a frame over the limit, or a sample it would need more than the limit (and a chunk) to
 hold, to the reference reader, which measures every sample exactly.
-A member name that is not UTF-8 is kept as its bytes (``surrogateescape``), never an error.
+
+Names that are not UTF-8: the sample's ``key`` is a bytes value, so it holds the member
+name's bytes as they are. An extension is a feature *name*, which protobuf requires to be UTF-8
+(``tf.train.Example.FromString`` rejects anything else), so it is escaped reversibly
+(``feature_name``): ``%`` becomes ``%25`` and every byte that is not part of valid UTF-8
+becomes ``%XX`` (two upper-case hex digits); an extension of valid UTF-8 without ``%`` is
+unchanged. ``urllib.parse.unquote_to_bytes(name)`` gives the extension's bytes back.
 """
 
 from __future__ import annotations
@@ -65,6 +71,35 @@ def split_member(name: str) -> tuple[str, str] | None:
     if not dot or not base or not ext:
         return None
     return posixpath.join(directory, base), ext
+
+
+def feature_name(ext: str) -> str:
+    """The feature name for the extension ``ext`` (decoded from the member name's bytes with
+    ``surrogateescape``): valid UTF-8 for protobuf, reversibly. ``%`` is written ``%25`` and
+    each byte that is not part of valid UTF-8 (a lone surrogate escape here) ``%XX``; the
+    rest as it is. ``urllib.parse.unquote_to_bytes`` undoes it."""
+    if "%" not in ext and _is_utf8(ext):
+        return ext
+    out: list[str] = []
+    for char in ext:
+        code = ord(char)
+        if char == "%":
+            out.append("%25")
+        elif 0xDC80 <= code <= 0xDCFF:  # a byte surrogateescape could not decode
+            out.append(f"%{code - 0xDC00:02X}")
+        elif 0xD800 <= code <= 0xDFFF:  # any other lone surrogate: its bytes, escaped
+            out.extend(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _example(key: str, sample: dict[str, bytes]) -> bytes:
@@ -227,7 +262,7 @@ def tarfile_samples(
                     parts = split_member(member.name) if member.isreg() else None
                     if parts is None:
                         continue
-                    name, ext = parts
+                    name, ext = parts[0], feature_name(parts[1])
                     if ext == "key":
                         raise CorruptObject(key, f"member {member.name!r}: 'key' is reserved")
                     if name != current:

@@ -5,13 +5,16 @@ without losing or repeating a byte."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from prefetchd.budget import Interrupted, RamBudget
+from prefetchd.consume.claims import give_back
 from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
 from prefetchd.write.shards import ShardFile
@@ -52,8 +55,21 @@ def test_the_budget_blocks_a_reservation_that_would_not_fit(layout: Layout) -> N
     first.write_frames([frame(b"x")], 1)
     second = ShardFile(layout, "e00000-w01-0000000.tfrecord", budget)
     with pytest.raises(Interrupted):
-        second.write_frames([frame(b"y")], 1)
+        second.write_frames([frame(b"y" * 2 * MiB)], 1)
     assert budget.used() == 4 * MiB, "nothing reserved past the budget"
+
+
+def test_what_a_chunk_would_not_fit_is_reserved_exactly(layout: Layout) -> None:
+    """A writer finishing a large record may need the last bytes of its share of the budget
+    (``config.record_size_limit``): when a whole chunk does not fit, just what it needs (in
+    pages) is reserved, if that fits."""
+    budget = RamBudget(layout, 6 * MiB, 4 * MiB, lambda: True)
+    first = ShardFile(layout, NAME, budget)
+    first.write_frames([frame(b"x")], 1)
+    second = ShardFile(layout, "e00000-w01-0000000.tfrecord", budget)
+    second.write_frames([frame(b"y" * 1000 * 1024)], 1)
+    assert os.stat(second.tmp).st_size == 1000 * 1024 + 4096  # the frame's 16 bytes: a page
+    assert budget.used() <= 6 * MiB - 64 * 1024
 
 
 def test_a_full_ram_disk_is_waited_out_at_the_write_and_no_byte_is_lost_or_repeated(
@@ -117,3 +133,33 @@ def test_another_write_error_is_not_taken_for_a_full_disk(
     with pytest.raises(OSError, match="Input/output"):
         shard.write_frames(frames(1, 10), 1)
     assert budget.full_disk_waits == 0
+
+
+def test_the_account_holds_every_file_under_ram_dir(layout: Layout) -> None:
+    """ram_dir's own files (owner record, locks) count too, and the writers leave room for
+    the small files written without the budget lock (trainers' lock files)."""
+    (layout.ram / "prefetchd.owner").write_bytes(b"o" * 3000)
+    budget = RamBudget(layout, 2 * MiB, MiB, lambda: True)
+    assert budget.used() == 3000
+    shard = ShardFile(layout, NAME, budget)
+    with pytest.raises(Interrupted):  # 1 MiB + 3000 + what small files need > 2 MiB - 1 MiB
+        shard.write_frames([frame(b"x" * (2 * MiB - 64 * 1024 - 3000))], 1)
+
+
+def test_a_claim_given_back_moves_under_the_budget_lock(layout: Layout) -> None:
+    """claimed/ -> ready/ is the one move against the order a writer adds the directories up
+    in (ready/ before claimed/): made while a writer adds up, the shard would be missed and
+    its bytes reserved again. So it waits for the budget lock."""
+    RamBudget(layout, 2 * MiB, MiB, lambda: True)  # creates the lock file, as a writer does
+    claimed = "c0001-" + NAME
+    (layout.ram_claimed / claimed).write_bytes(b"s" * 100)
+    fd = os.open(layout.budget_lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a writer adding up
+    mover = threading.Thread(target=give_back, args=(layout, claimed))
+    mover.start()
+    mover.join(0.3)
+    assert mover.is_alive() and (layout.ram_claimed / claimed).exists(), "moved under a writer"
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    mover.join(5)
+    assert (layout.ram_ready / NAME).exists()
