@@ -267,7 +267,7 @@ FOREIGN_CLASSES = {
     "NamedTuple", "StrEnum", "SimpleQueue", "ThreadPoolExecutor", "PyGILState", "DataFrame",
     "BytesIO", "PosixPath", "SeaweedFS", "MinIO", "JuiceFS", "PyTorch", "TensorFlow", "GitHub",
     "FullObject", "CephRGW", "LocalStack", "EmptyDir", "ConfigMap", "StatefulSet", "PodSpec",
-    "IterDataset", "S3Request", "BadGzipFile",
+    "IterDataset", "S3Request", "BadGzipFile", "DecodeError", "StatefulDataLoader",
     # S3 error codes and request fields
     "AccessDenied", "ExpiredToken", "InvalidAccessKeyId", "RequestTimeout", "InvalidObjectState",
     "SlowDown", "NoSuchBucket", "NoSuchKey", "MissingContentMD5", "MaxKeys",

@@ -143,6 +143,7 @@ def counters() -> DownloaderCounters:
         retries=0,
         errors=0,
         objects_skipped=0,
+        bytes_skipped=0,
         integrity_failures=0,
         objects_unverified=0,
         verify_requests=0,

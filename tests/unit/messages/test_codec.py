@@ -79,6 +79,7 @@ def test_a_report_built_from_a_roles_counters_carries_each_of_them() -> None:
         retries=1,
         errors=0,
         objects_skipped=0,
+        bytes_skipped=0,
         integrity_failures=0,
         objects_unverified=0,
         verify_requests=0,
