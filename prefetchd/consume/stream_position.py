@@ -1,9 +1,23 @@
 """Where a resumable ``ready_files()`` stream stands, to the shard, and the shards it keeps.
 
-A position saved by ``ReadyFiles.position()`` (``TrainingPosition`` in ``consume/position.py``
-adds record counts to it)::
+The one position format of every trainer (``ReadyFiles.position()``, ``records()``'s,
+``TrainingPosition``'s in ``consume/position.py``, the torch state of ``consume/torch.py``)::
 
-    {"version": 1, "epoch": 1, "consumed": ["e000001-w00-c000003.tfrecord", ...]}
+    {"version": 2, "job": {"dataset": "3f0c9a1e5b7d2c44", "seed": 0, "host": [0, 1]},
+     "epoch": 1, "consumed": ["e000001-w00-c000003.tfrecord", ...],
+     "records": {"e000001-w00-c000004.tfrecord": 17}, "claimant": "4242xa1b2c3d4"}
+
+``epoch`` is the first epoch not finished; ``consumed`` the shards whose records were all
+trained and that may still come back (older ones were deleted: they cannot); ``records`` the
+records trained of each shard in progress, in file order; ``claimant`` the tag under which the
+saving process held them, so a resumed one takes exactly those back (``reclaim``) before any
+other trainer process can claim them. Its size is one short name per shard still kept on the
+RAM disk (bounded by ``output.ram_budget`` / ``output.shard_size``, whatever the epoch's size:
+a few KB for a 1M-object epoch), never one entry per record or object. ``job`` ties it to the
+dataset, seed and host; a position of another job, or of an unknown version, raises
+``PositionError``. Version 1 positions (no ``job``, no ``claimant``) still load. Readers ignore
+keys they do not know, so a later version can add one (e.g. which objects of the epoch each
+host finished, for a changed number of hosts) without breaking this one.
 
 Resumable streams keep the shards they yielded on the RAM disk until a position the trainer
 has certainly saved covers them; after a crash the daemon returns them to ``ready/``, and a
@@ -12,17 +26,63 @@ stream resumed from the saved position skips the ones it covers: exactly once re
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prefetchd.atomic import dir_bytes
+from prefetchd.config import Config
 from prefetchd.consume.claims import give_back, retire
 from prefetchd.consume.releaser import ShardReleaser
-from prefetchd.layout import Layout, parse_claim_name, parse_shard_name
+from prefetchd.errors import PositionError
+from prefetchd.layout import Layout, claim_name, parse_claim_name, parse_shard_name
 
-POSITION_VERSION = 1
+POSITION_VERSION = 2
+_READABLE = (1, 2)
+
+
+def job_tag(config: Config) -> dict[str, Any]:
+    """What a position is only valid for: the dataset (a hash of what selects and parses its
+    records), the shuffle seed, and this host's share (``[worker_index, num_workers]``)."""
+    src = config.source
+    dataset = [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
+    digest = hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
+    epochs, sharding = config.epochs, config.sharding
+    return {
+        "dataset": digest,
+        "seed": epochs.seed if epochs.shuffle else None,
+        "host": [sharding.worker_index, sharding.num_workers],
+    }
+
+
+def check_job(raw: Mapping[str, Any], config: Config) -> None:
+    """Raise ``PositionError`` if the position ``raw`` was saved by another job."""
+    saved, here = raw.get("job"), job_tag(config)
+    if saved is None:
+        return  # version 1: saved before positions named their job
+    if not isinstance(saved, Mapping):
+        raise PositionError("position: job must be an object")
+    if saved.get("dataset") != here["dataset"]:
+        raise PositionError(
+            f"position is of another dataset ({saved.get('dataset')}; this config's source is "
+            f"{here['dataset']}): resume it with the config it was saved with"
+        )
+    if saved.get("seed") != here["seed"]:
+        raise PositionError(
+            f"position was saved with epochs.seed={saved.get('seed')} and this config has "
+            f"{here['seed']}: the epochs' record order differs, so it cannot resume"
+        )
+    if list(saved.get("host", [])) != here["host"]:
+        index, count = here["host"]
+        raise PositionError(
+            f"position is of host {saved.get('host')} ([worker_index, num_workers]) and this "
+            f"config is host [{index}, {count}]: load each host's own position"
+        )
 
 
 @dataclass(frozen=True)
@@ -33,25 +93,70 @@ class Position:
 
     epoch: int
     consumed: frozenset[str]
+    records: Mapping[str, int] = field(default_factory=dict)
+    claimant: str | None = None
+    job: Mapping[str, Any] | None = None
+    holder: str | None = None  # the claimant its ended streams' shards were handed to
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": POSITION_VERSION, "epoch": self.epoch, "consumed": sorted(self.consumed)}
+        out: dict[str, Any] = {
+            "version": POSITION_VERSION,
+            "epoch": self.epoch,
+            "consumed": sorted(self.consumed),
+            "records": dict(self.records),
+        }
+        if self.job is not None:
+            out["job"] = dict(self.job)
+        if self.claimant is not None:
+            out["claimant"] = self.claimant
+        if self.holder is not None:
+            out["holder"] = self.holder
+        return out
 
 
-def parse_position(raw: Mapping[str, Any]) -> Position:
-    """A saved position (``{}`` = the start); raises ``ValueError`` naming what is wrong."""
+def parse_position(raw: Mapping[str, Any], config: Config | None = None) -> Position:
+    """A saved position (``{}`` = the start); raises ``PositionError`` (a ``ValueError``)
+    naming what is wrong, or which job it belongs to if not ``config``'s."""
     if not raw:
-        return Position(0, frozenset())
-    if raw.get("version") != POSITION_VERSION:
-        raise ValueError(f"position: version {raw.get('version')!r}, expected {POSITION_VERSION}")
+        return Position(0, frozenset(), job=job_tag(config) if config else None)
+    if raw.get("version") not in _READABLE:
+        raise PositionError(
+            f"position: version {raw.get('version')!r} is not one this prefetchd reads "
+            f"({', '.join(map(str, _READABLE))})"
+        )
     epoch, consumed = raw.get("epoch"), raw.get("consumed")
-    if not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"position: epoch {epoch!r} is not a non-negative integer")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise PositionError(f"position: epoch {epoch!r} is not a non-negative integer")
     if not isinstance(consumed, list) or not all(
         isinstance(n, str) and parse_shard_name(n) is not None for n in consumed
     ):
-        raise ValueError("position: consumed must be a list of shard names")
-    return Position(epoch, frozenset(consumed))
+        raise PositionError("position: consumed must be a list of shard names")
+    records = _records(raw.get("records", {}))
+    claimant, holder = _tag(raw, "claimant"), _tag(raw, "holder")
+    if config is not None:
+        check_job(raw, config)
+    job = job_tag(config) if config is not None else raw.get("job")
+    return Position(epoch, frozenset(consumed), records, claimant, job, holder)
+
+
+def _tag(raw: Mapping[str, Any], key: str) -> str | None:
+    tag = raw.get(key)
+    if tag is not None and (not isinstance(tag, str) or not tag or "-" in tag or "/" in tag):
+        raise PositionError(f"position: {key} {tag!r} is not a claimant tag")
+    return tag
+
+
+def _records(records: Any) -> dict[str, int]:
+    if not isinstance(records, Mapping) or not all(
+        isinstance(name, str)
+        and parse_shard_name(name) is not None
+        and isinstance(n, int)
+        and not isinstance(n, bool)
+        and n >= 0
+        for name, n in records.items()
+    ):
+        raise PositionError("position: records must map shard names to record counts")
+    return dict(records)
 
 
 class StreamPosition:
@@ -65,11 +170,18 @@ class StreamPosition:
     thread than the one iterating.
     """
 
-    def __init__(self, layout: Layout, saved: Position | None) -> None:
+    def __init__(
+        self, layout: Layout, saved: Position | None, job: Mapping[str, Any] | None = None
+    ) -> None:
         self._layout = layout
         self.resumable = saved is not None
         self.skip = set(saved.consumed) if saved is not None else set()
         self.epoch = saved.epoch if saved is not None else 0
+        self.saved = saved
+        self.job = job
+        # records of a shard trained before the saved position: skipped when it comes back
+        self.resume_records = dict(saved.records) if saved is not None else {}
+        self.reclaimed: list[str] = []  # shards in progress taken back: yielded first
         self.releaser: ShardReleaser | None = None  # the process's, once the stream has one
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
@@ -113,7 +225,99 @@ class StreamPosition:
         # A retained shard of an earlier epoch may come back after a crash: resume from there.
         reading = [claim[1] for claim in map(parse_claim_name, self._since) if claim]
         epochs = [p[0] for p in map(parse_shard_name, consumed + reading) if p is not None]
-        return Position(min([self.epoch, *epochs]), frozenset(consumed)).to_json()
+        return self._json(min([self.epoch, *epochs]), consumed, {})
+
+    def _json(self, epoch: int, consumed: list[str], records: Mapping[str, int]) -> dict[str, Any]:
+        claimant = self.releaser.claimant if self.releaser is not None else None
+        # Records of a shard the saved position was in and that has not come back yet stay.
+        records = {**{n: k for n, k in self.resume_records.items() if k}, **records}
+        return Position(epoch, frozenset(consumed), records, claimant, self.job).to_json()
+
+    def snapshot(self, unfinished: int, records: Mapping[str, int]) -> dict[str, Any]:
+        """A position covering every claim yielded but the last ``unfinished``, with the
+        records trained of those (``records``), freeing nothing: for callers that cannot know
+        which of their positions was saved (a DataLoader worker snapshots at every batch).
+        They free what a saved position covers with ``free_saved``. Claims freed that way
+        since are left out, so it stays as small as what the RAM disk keeps."""
+        with self._lock:
+            kept = [
+                c for c in self._covered + self._since if (self._layout.ram_claimed / c).exists()
+            ]
+            self._covered, self._since = [], kept
+            done = kept[: max(0, len(kept) - unfinished)]
+            reading = kept[len(done) :]
+        consumed = [c[1] for c in map(parse_claim_name, done) if c] + sorted(self.skip)
+        in_progress = [c[1] for c in map(parse_claim_name, reading) if c] + list(records)
+        epochs = [p[0] for p in map(parse_shard_name, in_progress) if p is not None]
+        return self._json(min([self.epoch, *epochs]), consumed, records)
+
+    def kept_claims(self) -> list[str]:
+        """The claims this stream keeps (yielded, not freed)."""
+        with self._lock:
+            return self._covered + self._since
+
+    def reclaim(self, releaser: ShardReleaser) -> None:
+        """Take back what the saved position's process held, before claiming anything new:
+        the shards it covers are freed, those it was reading are claimed for this stream
+        (``reclaimed``, yielded first, their trained records skipped). Wherever the daemon
+        has put them (still under the dead claimant, or back in ``ready/``), no other trainer
+        process can get them first if every process of the job reclaims before it claims.
+
+        Raises ``PositionError`` if a shard the position was reading is gone (the RAM disk was
+        emptied, or a later position was saved and its shards freed)."""
+        saved = self.saved
+        if saved is None or saved.claimant is None:
+            return
+        owners = [saved.claimant, *filter(None, [saved.holder])]
+        for shard in sorted(saved.consumed):
+            taken = self._take(shard, owners, releaser)
+            if taken is not None:
+                self.skip.discard(shard)
+                self.free([taken])
+        for shard, trained in sorted(saved.records.items()):
+            taken = self._take(shard, owners, releaser)
+            if taken is not None:
+                self.reclaimed.append(taken)
+            elif trained:
+                raise PositionError(
+                    f"position: shard {shard}, of which it trained {trained} records, is no "
+                    "longer on the RAM disk (a later position of this job was saved and freed "
+                    "it, or the daemon's RAM disk was emptied): resume from the newest position"
+                )
+
+    def _take(self, shard: str, owners: list[str], releaser: ShardReleaser) -> str | None:
+        """Claim ``shard`` for this process from a dead owner's claim or ``ready/``."""
+        lay = self._layout
+        mine = claim_name(releaser.claimant, shard)
+        sources = [lay.ram_claimed / claim_name(o, shard) for o in owners] + [lay.ram_ready / shard]
+        for _ in range(3):  # the daemon may move it from claimed/ to ready/ meanwhile
+            for source in sources:
+                releaser.track(mine, retain=True)
+                try:
+                    os.rename(source, lay.ram_claimed / mine)
+                except FileNotFoundError:
+                    releaser.untrack(mine)
+                    continue
+                return mine
+        return None
+
+    def hand_off(self, holder: str) -> None:
+        """The stream ended in a process that may exit before a saved position covers what it
+        keeps (a DataLoader worker): rename its claims to ``holder``'s, a claimant whose
+        process lives on (the trainer's main process), so the daemon does not take them back."""
+        with self._lock:
+            kept, self._covered, self._since = self._covered + self._since, [], []
+        for claimed in kept:
+            parsed = parse_claim_name(claimed)
+            if parsed is None or parsed[0] == holder:
+                continue
+            if self.releaser is not None:
+                self.releaser.untrack(claimed)
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(
+                    self._layout.ram_claimed / claimed,
+                    self._layout.ram_claimed / claim_name(holder, parsed[1]),
+                )
 
     def free(self, claimed: list[str]) -> None:
         """Retire ``claimed`` to ``done/``: finished, no position needs them any more."""
@@ -148,3 +352,19 @@ class StreamPosition:
             f"position() is called again ({size} bytes claimed in total): call position() at "
             "every checkpoint, or raise output.ram_budget"
         )
+
+
+def free_saved(layout: Layout, position: Mapping[str, Any], holder: str | None) -> int:
+    """Free the shards a position that was saved covers (its ``consumed``), wherever its
+    process or ``holder`` keeps them; returns how many were freed."""
+    claimant = position.get("claimant")
+    owners = [o for o in (claimant, position.get("holder"), holder) if isinstance(o, str)]
+    freed = 0
+    for shard in position.get("consumed", []):
+        for owner in owners:
+            name = claim_name(owner, shard)
+            if (layout.ram_claimed / name).exists():
+                retire(layout.ram_claimed, layout.ram_done, name)
+                freed += 1
+                break
+    return freed

@@ -400,7 +400,9 @@ class Supervisor:
                 dead[owner] = not holds_lock(lay.consumer_lock(owner))
             if dead[owner]:
                 log.warning("trainer %s died holding %s; returning it to ready/", owner, shard)
-                os.rename(lay.ram_claimed / name, lay.ram_ready / shard)
+                # a resumed trainer may have taken it back from the dead claim meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(lay.ram_claimed / name, lay.ram_ready / shard)
         for claimant, lock in lay.consumer_locks().items():
             is_dead = dead[claimant] if claimant in dead else not holds_lock(lock)
             if is_dead:
