@@ -24,8 +24,11 @@ This module imports PyTorch (absolute ``import torch``) and never TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator
 from multiprocessing.context import get_spawning_popen
 from typing import Any
@@ -38,6 +41,7 @@ from prefetchd.consume.records import Records, records
 from prefetchd.consume.stream_position import free_saved, parse_position
 from prefetchd.layout import Layout, parse_claim_name, parse_shard_name
 
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 _ALL_EPOCHS = -1  # the shared epoch cell's value while set_epoch() was never called
 
 
@@ -161,6 +165,8 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         # Made now, not at the first next(): a loaded state's shards are taken back here
         # (StatefulDataLoader makes every worker's iterator before it asks for a batch).
+        if torch.utils.data.get_worker_info() is not None:
+            _die_with_parent()
         position, self._pending = self._pending or {}, None
         stream = records(
             self.config, epoch=self.current_epoch(), timeout=self.timeout, position=position
@@ -175,6 +181,18 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         if self.holder_tag is not None:
             self._handed = [c[1] for c in map(parse_claim_name, stream.kept_claims()) if c]
             stream.hand_off(self.holder_tag)
+
+
+def _die_with_parent() -> None:
+    """In a DataLoader worker: be killed with the trainer. PyTorch's own check notices a dead
+    parent only within seconds, and while such a worker lives its claims look taken to a
+    resumed job, which could end its epoch before the daemon returns them (their records
+    would be trained by no one)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before that took effect
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _epoch(shard: str) -> int:

@@ -1,0 +1,60 @@
+"""A PyTorch job killed mid-epoch (SIGKILL of the training process) and resumed from its last
+saved ``StatefulDataLoader`` state trains every record of the epoch exactly once in total,
+with 0, 2 and 4 DataLoader workers, persistent or not (``tests/e2e/torch_resume_trainer.py``
+against ``prefetchd run`` on moto)."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testkit.trainers import finish_trainer, log_tail, start_trainer
+
+from .trainers import SIZES
+
+pytestmark = pytest.mark.e2e
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchdata.stateful_dataloader")
+
+TRAINER = "tests.e2e.torch_resume_trainer"
+
+
+@pytest.mark.parametrize(
+    ("workers", "persistent"), [(0, False), (2, False), (2, True), (4, False), (4, True)]
+)
+def test_a_killed_torch_job_resumed_from_its_saved_state_trains_each_record_once(
+    workers: int,
+    persistent: bool,
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Saves every 3 batches, dies 2 batches after a save (inside a shard: records of the
+    shard in progress were trained, its others not)."""
+    dataset = upload("tfrecord", SIZES, seed=41)
+    config = write_config(tmp_path, epochs__count=1, output__shard_size="64KiB")
+    daemon = run_daemon(config)
+    ckpt = tmp_path / "ckpt.pt"
+    extra = ["--workers", str(workers), *(["--persistent"] if persistent else [])]
+    first = start_trainer(
+        TRAINER, config, tmp_path / "a.json", str(ckpt), *extra, "--crash-after", "11"
+    )
+    assert first.wait(300) == -signal.SIGKILL, log_tail(tmp_path / "a.json")
+    saved = torch.load(ckpt, weights_only=False)
+    before = Counter(saved["records"])
+    assert 0 < sum(before.values()) < dataset["records"], "the kill was not mid-epoch"
+    out = tmp_path / "b.json"
+    resumed = finish_trainer(
+        start_trainer(TRAINER, config, out, str(ckpt), *extra, "--resume"), out
+    )
+    assert daemon.wait(120) == 0, daemon.output()
+
+    after = Counter(rid for epoch, rid in resumed["records"] if epoch == 0)
+    assert before + after == Counter(dataset["ids"]), "records lost or trained twice"
+    assert not set(before) & set(after), "a record trained before the save came again"
