@@ -85,7 +85,12 @@ def main() -> int:
     final = save(ckpt, trained, loader)
     freed = dataset.saved(final)
     if os.environ.get("PREFETCHD_DEBUG_STATE"):
-        print(json.dumps(final, default=str), freed, os.listdir(dataset._layout.ram_claimed), file=sys.stderr)
+        print(
+            json.dumps(final, default=str),
+            freed,
+            os.listdir(dataset._layout.ram_claimed),
+            file=sys.stderr,
+        )
     result = {"records": [[0, r] for r in trained[before:]], "first_batch_s": first_batch}
     Path(args.out).write_text(json.dumps(result))
     return 0
