@@ -101,7 +101,7 @@ def test_copies_and_pickles_take_the_epoch_as_it_is(config: Config) -> None:
 
 
 def test_state_dict_resumes_inside_a_shard_under_a_stateful_dataloader(config: Config) -> None:
-    from torchdata.stateful_dataloader import StatefulDataLoader
+    StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
 
     dataset = RecordDataset(config, timeout=30)
     dataset.set_epoch(0)
