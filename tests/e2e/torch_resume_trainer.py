@@ -76,7 +76,9 @@ def main() -> int:
     dataset.set_epoch(0)
     start, first_batch = time.monotonic(), None
     for step, batch in enumerate(loader, start=1):
-        first_batch = first_batch if first_batch is not None else time.monotonic() - start
+        if first_batch is None:
+            first_batch = time.monotonic() - start
+            print(f"first batch after {first_batch:.3f} s", file=sys.stderr, flush=True)
         trained.extend(batch)  # the "model" finished these records
         if step % args.save_every == 0:
             dataset.saved(save(ckpt, trained, loader))
