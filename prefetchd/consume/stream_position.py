@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -41,6 +42,8 @@ from prefetchd.consume.claims import give_back, retire
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.errors import PositionError
 from prefetchd.layout import Layout, claim_name, parse_claim_name, parse_shard_name
+
+log = logging.getLogger(__name__)
 
 POSITION_VERSION = 2
 _READABLE = (1, 2)
@@ -278,6 +281,12 @@ class StreamPosition:
             taken = self._take(shard, owners, releaser)
             if taken is not None:
                 self.reclaimed.append(taken)
+                log.info(
+                    "resuming epoch %d inside %s after its first %d records",
+                    saved.epoch,
+                    shard,
+                    trained,
+                )
             elif trained:
                 raise PositionError(
                     f"position: shard {shard}, of which it trained {trained} records, is no "
