@@ -137,6 +137,12 @@ class ReadyFiles(Iterator[str]):
         shard = parse_claim_name(os.path.basename(path))
         return self._kept.resume_records.pop(shard[1], 0) if shard else 0
 
+    def start_keeping(self, reading: str | None) -> None:
+        """Make a stream made without a position resumable from now on (``StreamPosition``);
+        ``reading``: the path of the shard being read, kept too."""
+        self._kept.start_keeping(os.path.basename(reading) if reading else None)
+        self.keep_at_end = True
+
     def kept_claims(self) -> list[str]:
         """The claims this stream keeps on the RAM disk (yielded, not freed)."""
         return self._kept.kept_claims()

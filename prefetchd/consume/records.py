@@ -70,6 +70,7 @@ class Records(Iterator[bytes]):
         self._layout = layout
         self._reading = False  # a shard has records not yielded yet
         self._shard_name = ""  # the shard being read
+        self._path = ""  # ... its claimed path
         self._yielded = 0  # records of it handed out (those skipped on resume included)
         self._stream = self._run()
 
@@ -95,9 +96,10 @@ class Records(Iterator[bytes]):
         }
 
     def keep_until_freed(self) -> None:
-        """Keep every shard read on the RAM disk, also past the stream's end, until a saved
-        position covering it is freed (``free_saved``) or ``hand_off`` moves it."""
-        self._files.keep_at_end = True
+        """From now on keep every shard read (and the one being read) on the RAM disk, also
+        past the stream's end, until a saved position covering it is freed (``free_saved``)
+        or ``hand_off`` moves it. Idempotent."""
+        self._files.start_keeping(self._path if self._reading else None)
 
     def kept_claims(self) -> list[str]:
         return self._files.kept_claims()
@@ -149,6 +151,7 @@ class Records(Iterator[bytes]):
         skip = self._files.trained_before(path)
         with open_shard(path) as stream:
             self._shard_name, self._yielded = (claim[1] if claim else ""), skip
+            self._path = path
             self._reading = True
             frames = iter_records(stream)
             for _ in range(skip):  # trained before the saved position

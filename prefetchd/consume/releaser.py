@@ -144,6 +144,11 @@ class ShardReleaser:
         with self._lock:
             self._retire(self._reads.finished(name))
 
+    def retain(self, name: str) -> None:
+        """Keep the claim ``name`` once read: its stream frees it."""
+        with self._lock:
+            self._reads.retain(name)
+
     def untrack(self, name: str) -> None:
         with self._lock:
             self._reads.untrack(name)

@@ -254,6 +254,18 @@ class StreamPosition:
         epochs = [p[0] for p in map(parse_shard_name, in_progress) if p is not None]
         return self._json(min([self.epoch, *epochs]), consumed, records)
 
+    def start_keeping(self, reading: str | None) -> None:
+        """Become resumable now: keep what is yielded from here on, and ``reading``, the claim
+        being read (what was read before is covered by any position taken from now on)."""
+        if self.resumable:
+            return
+        self.resumable = True
+        if reading is not None:
+            with self._lock:
+                self._since.append(reading)
+            if self.releaser is not None:
+                self.releaser.retain(reading)
+
     def kept_claims(self) -> list[str]:
         """The claims this stream keeps (yielded, not freed)."""
         with self._lock:

@@ -77,6 +77,7 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         self._pending: dict[str, Any] | None = None  # a loaded state, for the next iter()
         self._stream: Records | None = None  # this process's current pass
         self._handed: list[str] = []  # claims its ended pass handed to the holder
+        self._keeping = False  # whether a state was asked for: then read shards are kept
         self._holder: ClaimantLock | None = None  # the main process's (never pickled)
         self.holder_tag: str | None = None
         self._make_holder()
@@ -91,6 +92,9 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         and still kept, the records yielded of the one being read). Under a
         ``StatefulDataLoader`` each worker's is taken after each batch it makes, and the
         loader's ``state_dict()`` holds, per worker, the one of the last batch it yielded."""
+        self._keeping = True  # a stateful loader: keep what is read until a save covers it
+        if self._stream is not None:
+            self._stream.keep_until_freed()
         if self._stream is None:
             state = self._pending or parse_position({}, self.config).to_json()
             state = {**state, "epoch": max(state["epoch"], self.current_epoch() or 0)}
@@ -108,7 +112,7 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         Raises ``PositionError`` (a ``ValueError``) if it is malformed, of an unknown version,
         or of another job (dataset, seed, host): never a silent fresh start."""
         parse_position(state, self.config)  # checked here, in the process that loads it
-        self._pending = dict(state)
+        self._pending, self._keeping = dict(state), True
 
     def saved(self, state: Any) -> int:
         """Call after saving a state (the loader's ``state_dict()``, or this dataset's) durably:
@@ -167,11 +171,14 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         # (StatefulDataLoader makes every worker's iterator before it asks for a batch).
         if torch.utils.data.get_worker_info() is not None:
             _die_with_parent()
-        position, self._pending = self._pending or {}, None
+        # A plain DataLoader never asks for a state: its shards are freed once read. Under a
+        # StatefulDataLoader (state_dict() is asked for before the first batch) they are kept.
+        position, self._pending = self._pending, None
         stream = records(
             self.config, epoch=self.current_epoch(), timeout=self.timeout, position=position
         )
-        stream.keep_until_freed()
+        if self._keeping:
+            stream.keep_until_freed()
         self._stream, self._handed = stream, []
         return self._deliver(stream)
 

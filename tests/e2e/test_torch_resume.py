@@ -5,7 +5,11 @@ against ``prefetchd run`` on moto)."""
 
 from __future__ import annotations
 
+import os
+import re
 import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from testkit.trainers import finish_trainer, log_tail, start_trainer
+from testkit.trainers import ROOT, finish_trainer, log_tail, start_trainer
 
 from .trainers import SIZES
 
@@ -58,3 +62,36 @@ def test_a_killed_torch_job_resumed_from_its_saved_state_trains_each_record_once
     after = Counter(rid for epoch, rid in resumed["records"] if epoch == 0)
     assert before + after == Counter(dataset["ids"]), "records lost or trained twice"
     assert not set(before) & set(after), "a record trained before the save came again"
+
+
+def test_the_docs_resume_recipe_runs_as_written_and_frees_every_shard(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """docs/pytorch.md's StatefulDataLoader recipe, run as is over the job's two epochs: it
+    ends, its ``saved()`` calls free every shard (so the daemon finishes), and run again it
+    resumes from its checkpoint past the last epoch and trains nothing more."""
+    text = (ROOT / "docs" / "pytorch.md").read_text()
+    section = text.split("\n## Resuming mid-epoch", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None, "docs/pytorch.md has no resume recipe"
+    script = tmp_path / "train_resume.py"
+    script.write_text(code.group(1))
+    upload("tfrecord", SIZES, seed=45)
+    config = write_config(tmp_path / "host", epochs__count=2, output__shard_size="64KiB")
+    daemon = run_daemon(config)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(script), str(config)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert daemon.wait(120) == 0, daemon.output()
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["epoch"] == 2
