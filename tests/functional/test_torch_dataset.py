@@ -108,11 +108,16 @@ def test_state_dict_resumes_inside_a_shard_under_a_stateful_dataloader(config: C
     loader = StatefulDataLoader(dataset, batch_size=None, num_workers=0)
     it = iter(loader)
     trained = [next(it) for _ in range(7)]  # the whole first shard and 2 of the second's
-    state = json.loads(json.dumps(loader.state_dict()))  # what torch.save would keep
-    (position,) = [s for s in _dataset_states(state)]
-    assert position["records"] == {shard_name(0, 0, 1): 2}
+    first = json.loads(json.dumps(loader.state_dict()))  # what torch.save would keep
+    assert _dataset_states(first)[0]["records"] == {shard_name(0, 0, 1): 2}
+    trained += [next(it) for _ in range(4)]  # the rest of the second shard, 1 of the third's
+    state = json.loads(json.dumps(loader.state_dict()))
+    (position,) = _dataset_states(state)
+    assert position["consumed"] == [shard_name(0, 0, 1)]
+    assert position["records"] == {shard_name(0, 0, 2): 1}
     assert len(json.dumps(position)) < 1000, "the state should stay small"
-    assert dataset.saved(state) == 1  # the finished shard leaves the RAM disk
+    # the second shard was kept on the RAM disk until a saved state covered it
+    assert dataset.saved(state) == 1
     del it  # the trainer dies here: a new one resumes from the saved state
     resumed = RecordDataset(config, timeout=30)
     resumed.set_epoch(0)
