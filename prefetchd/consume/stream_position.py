@@ -284,6 +284,7 @@ class StreamPosition:
         if saved is None or saved.claimant is None:
             return
         owners = [saved.claimant, *filter(None, [saved.holder])]
+        where = [f"epoch {saved.epoch}: {len(saved.consumed)} shards done"]
         for shard in sorted(saved.consumed):
             taken = self._take(shard, owners, releaser)
             if taken is not None:
@@ -293,6 +294,7 @@ class StreamPosition:
             taken = self._take(shard, owners, releaser)
             if taken is not None:
                 self.reclaimed.append(taken)
+                where.append(f"{shard} from record {trained}")
                 log.info(
                     "resuming epoch %d inside %s after its first %d records",
                     saved.epoch,
@@ -305,6 +307,7 @@ class StreamPosition:
                     "longer on the RAM disk (a later position of this job was saved and freed "
                     "it, or the daemon's RAM disk was emptied): resume from the newest position"
                 )
+        releaser.note_resumed(", ".join(where))
 
     def _take(self, shard: str, owners: list[str], releaser: ShardReleaser) -> str | None:
         """Claim ``shard`` for this process from a dead owner's claim or ``ready/``."""

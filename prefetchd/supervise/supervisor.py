@@ -470,7 +470,9 @@ class Supervisor:
         elapsed = max(now - self.started_monotonic, 1e-9)
         dl = reports.get("downloader", ChildReport())
         errors = sorted((e for r in reports.values() for e in r.last_errors), key=lambda e: e.time)
-        wait_total, consumers, waiting = self.waits.update(read_consumers(lay), now)
+        consumer_reports = read_consumers(lay)
+        wait_total, consumers, waiting = self.waits.update(consumer_reports, now)
+        resumed = sorted({r.resumed for r in consumer_reports.values() if r.resumed})
         ram_wait = sum(r.ram_wait_s for r in reports.values())
         self.series.add(now, {"consumer_wait_s": wait_total, "writer_ram_wait_s": ram_wait})
         wait_ratio = min(1.0, self.series.rate("consumer_wait_s") / max(consumers, 1))
@@ -521,6 +523,7 @@ class Supervisor:
             consumers_waiting=waiting,
             consumer_wait_s=round(wait_total, 3),
             consumer_wait_ratio=round(wait_ratio, 3),
+            trainers_resumed="; ".join(resumed)[:400] or None,
             children={
                 c.name: _child_status(c, c.last_report or ChildReport(), now) for c in self.children
             },

@@ -23,6 +23,7 @@ from prefetchd.config import Config
 from prefetchd.consume.records import CorruptShard
 from prefetchd.errors import PositionError
 from prefetchd.layout import Layout, shard_name
+from prefetchd.supervise.status import read_consumers
 from prefetchd.tfrecord import frame
 
 
@@ -138,8 +139,10 @@ def test_a_resumed_stream_takes_back_its_shards_before_the_daemon_returns_them(
     assert (saved["consumed"], saved["records"]) == (names[:1], {names[1]: 1})
     complete(config, 0)
     # a second process resumes while the first still holds its claims (its lock is held)
-    resumed = list(prefetchd.records(config, epoch=0, timeout=10, position=saved))
-    assert resumed == contents(0, 1, 3)[1:] + contents(0, 2, 3)
+    again = prefetchd.records(config, epoch=0, timeout=10, position=saved)
+    notes = [r.resumed for r in read_consumers(Layout.of(config)).values() if r.resumed]
+    assert notes == [f"epoch 0: 1 shards done, {names[1]} from record 1"], "status shows it"
+    assert list(again) == contents(0, 1, 3)[1:] + contents(0, 2, 3)
 
 
 def test_a_position_of_another_job_raises_one_clear_line(config: Config) -> None:
