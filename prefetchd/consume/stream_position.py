@@ -378,6 +378,29 @@ class StreamPosition:
         )
 
 
+def take_back(layout: Layout, position: dict[str, Any], keeper: str) -> None:
+    """Take back, in one process for all of its streams, what a saved position names before
+    any trainer process of the job claims a shard: the shards it covers are freed, those it was
+    reading are claimed for ``keeper`` (a live claimant), and ``position`` is updated to name
+    ``keeper`` as their claimant, so the stream resumed from it takes them from there."""
+    saved = parse_position(position)
+    owners = [o for o in (saved.claimant, saved.holder) if o is not None]
+    lay = layout
+    for shard in [*sorted(saved.consumed), *sorted(saved.records)]:
+        target = (
+            lay.ram_claimed / claim_name(keeper, shard)
+            if shard in saved.records
+            else lay.ram_done / claim_name(keeper, shard)
+        )
+        sources = [lay.ram_claimed / claim_name(o, shard) for o in owners] + [lay.ram_ready / shard]
+        for source in sources * 2:  # the daemon may move it from claimed/ to ready/ meanwhile
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(source, target)
+                break
+    if saved.records:
+        position["claimant"] = keeper
+
+
 def free_saved(layout: Layout, position: Mapping[str, Any], holder: str | None) -> int:
     """Free the shards a position that was saved covers (its ``consumed``), wherever its
     process or ``holder`` keeps them; returns how many were freed."""

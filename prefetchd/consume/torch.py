@@ -38,7 +38,7 @@ import torch.utils.data
 from prefetchd.config import Config, load_config
 from prefetchd.consume.claimant import ClaimantLock
 from prefetchd.consume.records import Records, records
-from prefetchd.consume.stream_position import free_saved, parse_position
+from prefetchd.consume.stream_position import free_saved, parse_position, take_back
 from prefetchd.layout import Layout, parse_claim_name, parse_shard_name
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -120,6 +120,19 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         the save loses nothing; a trainer that never calls it fills ``output.ram_budget`` and
         waits (``timeout`` says why). Returns how many shards were freed."""
         return sum(free_saved(self._layout, p, self.holder_tag) for p in _positions(state))
+
+    def resume(self, state: Any) -> None:
+        """Several trainer processes on one host (DDP ranks), each resuming its own saved
+        state: call this with the state before ``loader.load_state_dict(state)``, then wait for
+        every rank (``torch.distributed.barrier()``) before the first batch. It takes back, in
+        this process, the shards the state's workers held, so no rank's workers claim a shard
+        another rank's state covers; ``state`` is updated to find them here."""
+        self._make_holder()
+        if self.holder_tag is None:
+            raise RuntimeError("resume() needs the daemon's RAM disk: start the daemon first")
+        for position in _positions(state):
+            parse_position(position, self.config)
+            take_back(self._layout, position, self.holder_tag)
 
     def _make_holder(self) -> None:
         """The main process's claimant, made before the DataLoader starts its workers (they

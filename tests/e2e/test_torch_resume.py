@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchdata.stateful_dataloader")
 
 TRAINER = "tests.e2e.torch_resume_trainer"
+DDP_PORTS = (25143, 25144)  # this suite's port range is 25000-25999 (test_torch.py: 25141)
 
 
 @pytest.mark.parametrize(
@@ -95,3 +96,38 @@ def test_the_docs_resume_recipe_runs_as_written_and_frees_every_shard(
         assert done.returncode == 0, done.stderr[-3000:]
     assert daemon.wait(120) == 0, daemon.output()
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["epoch"] == 2
+
+
+def test_two_ddp_ranks_killed_and_resumed_from_their_own_states_train_each_record_once(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Two DDP ranks (gloo, one host, 2 DataLoader workers each) save their own states
+    (per-rank files), both die by SIGKILL mid-epoch, and both resume: every record of the
+    epoch once over the four runs, counting what each rank's saved state covers."""
+    dataset = upload("tfrecord", SIZES, seed=46)
+    config = write_config(tmp_path, epochs__count=1, output__shard_size="64KiB")
+    daemon = run_daemon(config)
+    ckpt = tmp_path / "ckpt.pt"
+
+    def ranks(port: int, *extra: str) -> list[tuple[Any, Path]]:
+        started = []
+        for rank in (0, 1):
+            env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+            out = tmp_path / f"rank{rank}-{port}.json"
+            args = (str(ckpt), "--workers", "2", "--ddp", str(port), *extra)
+            started.append((start_trainer(TRAINER, config, out, *args, env=env), out))
+        return started
+
+    for proc, out in ranks(DDP_PORTS[0], "--crash-after", "11"):
+        assert proc.wait(300) == -signal.SIGKILL, log_tail(out)
+    saved = [torch.load(f"{ckpt}.rank{r}", weights_only=False)["records"] for r in (0, 1)]
+    before = Counter(saved[0]) + Counter(saved[1])
+    assert 0 < sum(before.values()) < dataset["records"], "the kill was not mid-epoch"
+    results = [finish_trainer(proc, out) for proc, out in ranks(DDP_PORTS[1], "--resume")]
+    assert daemon.wait(120) == 0, daemon.output()
+
+    after = Counter(rid for r in results for epoch, rid in r["records"] if epoch == 0)
+    assert before + after == Counter(dataset["ids"]), "records lost or trained twice"
