@@ -45,3 +45,9 @@ class CorruptObject(Exception):
         super().__init__(f"{key}: {reason}")
         self.key = key
         self.reason = reason
+
+
+class PositionError(ValueError):
+    """A saved position or torch state cannot be resumed with this config: malformed, of an
+    unknown version, or saved by another job (dataset, seed, host) — one line naming which.
+    Never answered by a fresh start: that would train the epoch's records twice or never."""

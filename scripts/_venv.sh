@@ -20,6 +20,9 @@ VENV="${PREFETCHD_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 EXTRAS="${PREFETCHD_EXTRAS:-dev,tf,crt,torch}"
 TORCH_PIN="torch==2.13.0"
+# StatefulDataLoader, installed without its dependencies right after the pinned torch, so that
+# resolving them can never bring another torch (it asks for torch>=2, requests, urllib3).
+TORCHDATA_PIN="torchdata==0.11.0"
 # The tf extra names no TensorFlow package (it must not replace a user's GPU build); with tf in
 # EXTRAS the CPU build the tests use is installed explicitly, unless a TensorFlow is there.
 TF_PACKAGE="${PREFETCHD_TF_PACKAGE:-tensorflow-cpu>=2.15}"
@@ -31,7 +34,7 @@ say() {
 _venv_stamp() {
     {
         cat "$ROOT/pyproject.toml"
-        printf 'extras=%s\nroot=%s\ntorch=%s\ntf=%s\n' "$EXTRAS" "$ROOT" "$TORCH_PIN" "$TF_PACKAGE"
+        printf 'extras=%s\nroot=%s\ntorch=%s %s\ntf=%s\n' "$EXTRAS" "$ROOT" "$TORCH_PIN" "$TORCHDATA_PIN" "$TF_PACKAGE"
         "$PY" -c 'import sys; print(sys.version)'
     } | sha256sum | cut -d' ' -f1
 }
@@ -71,6 +74,7 @@ if [ "$_venv_want" != "$_venv_have" ] || ! _venv_has_checkout; then
     case ",$EXTRAS," in
     *,torch,*)
         PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off "$TORCH_PIN"
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --progress-bar off --no-deps "$TORCHDATA_PIN"
         ;;
     esac
     _venv_tf=()

@@ -68,6 +68,12 @@ class ClaimantLock:
             self._stats.shards += claimed
             self._write()
 
+    def note_resumed(self, where: str) -> None:
+        """The process resumed from a saved position at ``where``: the daemon's status shows it."""
+        with self._lock:
+            self._stats.resumed = where
+            self._write()
+
     def _write(self) -> None:
         """Publish the wait figures in the lock file, rewritten in place (fixed width, so a
         reader never sees a shorter record's leftovers)."""

@@ -51,6 +51,11 @@ class ClaimReads:
         if retain:
             self._retained.add(name)
 
+    def retain(self, name: str) -> None:
+        """Keep the tracked claim ``name`` once read (its stream became resumable)."""
+        if name in self._states:
+            self._retained.add(name)
+
     def untrack(self, name: str) -> None:
         """Forget ``name`` (its stream retired it or gave it back)."""
         self._states.pop(name, None)

@@ -23,12 +23,13 @@ from prefetchd.consume.access import check_trainer_access
 from prefetchd.consume.claims import epoch_over, ready_names
 from prefetchd.consume.health import DaemonHealth, wait_for_dirs
 from prefetchd.consume.releaser import ShardReleaser
-from prefetchd.consume.stream_position import Position, StreamPosition, parse_position
+from prefetchd.consume.stream_position import Position, StreamPosition, job_tag, parse_position
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     Layout,
     claim_name,
     epoch_prefix,
+    parse_claim_name,
 )
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def ready_files(
     count = cfg.epochs.count
     if epoch is not None and (epoch < 0 or (count is not None and epoch >= count)):
         raise ValueError(f"epoch {epoch} is not one of this job's epochs (epochs.count={count})")
-    saved = parse_position(position) if position is not None else None
+    saved = parse_position(position, cfg) if position is not None else None
     check_trainer_access(Layout.of(cfg))
     return ReadyFiles(cfg, epoch=epoch, timeout=timeout, grace=grace, saved=saved)
 
@@ -100,8 +101,12 @@ class ReadyFiles(Iterator[str]):
         self._layout = Layout.of(config)
         self._timeout = timeout
         self._health = DaemonHealth(self._layout, grace)
-        self._kept = StreamPosition(self._layout, saved)
+        self._kept = StreamPosition(self._layout, saved, job_tag(config))
         self.keep_at_end = False  # True: the shards stay until release() (read-ahead callers)
+        self.ended = False  # every epoch it was asked for was delivered
+        if saved is not None and saved.claimant is not None and self._layout.ram_claimed.is_dir():
+            # now, not at the first next(): before any other stream of the job claims a shard
+            self._kept.reclaim(ShardReleaser.for_layout(self._layout))
         self._stream = self._run()
 
     def __next__(self) -> str:
@@ -117,6 +122,34 @@ class ReadyFiles(Iterator[str]):
         iterating.
         """
         return self._kept.position(finished, unfinished)
+
+    def snapshot(
+        self, *, unfinished: int = 0, records: Mapping[str, int] | None = None
+    ) -> dict[str, Any]:
+        """A position covering what was yielded but the last ``unfinished`` paths, freeing
+        nothing (see ``StreamPosition.snapshot``); ``records``: those trained of the shards
+        in progress."""
+        return self._kept.snapshot(unfinished, records or {})
+
+    def trained_before(self, path: str) -> int:
+        """How many records of the shard at ``path`` the saved position had trained (skip
+        them); asked once per shard."""
+        shard = parse_claim_name(os.path.basename(path))
+        return self._kept.resume_records.pop(shard[1], 0) if shard else 0
+
+    def start_keeping(self, reading: str | None) -> None:
+        """Make a stream made without a position resumable from now on (``StreamPosition``);
+        ``reading``: the path of the shard being read, kept too."""
+        self._kept.start_keeping(os.path.basename(reading) if reading else None)
+        self.keep_at_end = True
+
+    def kept_claims(self) -> list[str]:
+        """The claims this stream keeps on the RAM disk (yielded, not freed)."""
+        return self._kept.kept_claims()
+
+    def hand_off(self, holder: str) -> None:
+        """Keep what this stream holds under ``holder``'s claimant (``StreamPosition``)."""
+        self._kept.hand_off(holder)
 
     def give_back(self) -> None:
         """Return the shards yielded since the last ``position()`` to ``ready/`` unread, for
@@ -138,9 +171,13 @@ class ReadyFiles(Iterator[str]):
         try:
             with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
                 _watch_epoch_ends(arrivals, layout)
+                last: int | None = None
                 for k in self._epochs:
-                    kept.epoch = k
+                    kept.epoch = last = k
                     prefix = epoch_prefix(k)
+                    for taken in _take_prefixed(kept.reclaimed, prefix):
+                        kept.yielded(taken)
+                        yield str(layout.ram_claimed / taken)
                     while True:
                         claimed = self._claim(prefix)
                         if claimed is not None:
@@ -168,6 +205,9 @@ class ReadyFiles(Iterator[str]):
                         arrivals.read(_POLL)
         finally:
             releaser.end_wait(waiting)
+        if last is not None:
+            kept.epoch = last + 1  # the first epoch it has not delivered
+        self.ended = True
         # Exhausted: every shard was consumed, none needs to be kept for a restart (unless the
         # caller still reads them: then it calls release() once they are finished).
         if not self.keep_at_end:
@@ -189,6 +229,13 @@ class ReadyFiles(Iterator[str]):
                 continue
             return claimed
         return None
+
+
+def _take_prefixed(names: list[str], prefix: str) -> list[str]:
+    """Remove and return the claims in ``names`` of shards starting with ``prefix``."""
+    taken = [n for n in names if (c := parse_claim_name(n)) and c[1].startswith(prefix)]
+    names[:] = [n for n in names if n not in taken]
+    return taken
 
 
 def _watch_epoch_ends(arrivals: Watch, layout: Layout) -> None:

@@ -19,7 +19,7 @@ from prefetchd.config import Config, load_config
 from prefetchd.consume.ready import ReadyFiles, ready_files
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.kernel.framing import FramingError, iter_records
-from prefetchd.layout import Layout
+from prefetchd.layout import Layout, parse_claim_name
 
 
 class CorruptShard(ValueError):
@@ -46,7 +46,8 @@ def records(
     shard, ``DaemonFailed`` and ``TimeoutError`` as ``ready_files()`` does.
 
     ``position`` (``{}`` to start, or one saved from ``.position()``) makes the stream
-    resumable at shard granularity: see ``Records.position``.
+    resumable to the record: see ``Records.position``. A position of another job (dataset,
+    seed, host) or of an unknown version raises ``PositionError``.
     """
     cfg = config if isinstance(config, Config) else load_config(config)
     files = ready_files(cfg, epoch=epoch, timeout=timeout, position=position)
@@ -68,6 +69,9 @@ class Records(Iterator[bytes]):
         self._files = files
         self._layout = layout
         self._reading = False  # a shard has records not yielded yet
+        self._shard_name = ""  # the shard being read
+        self._path = ""  # ... its claimed path
+        self._yielded = 0  # records of it handed out (those skipped on resume included)
         self._stream = self._run()
 
     def __next__(self) -> bytes:
@@ -81,13 +85,43 @@ class Records(Iterator[bytes]):
     def position(self) -> dict[str, Any]:
         """A JSON-able position to save with a checkpoint (streams made with ``position=``).
 
-        It covers every shard whose records have all been yielded. The shard being read is not
-        covered: a stream resumed from this position delivers that shard again from its first
-        record, so at most one shard's records (those yielded before the call) come twice; call
-        it between shards (or right after a shard's last record) and none does. Shards are
-        whole units; there is no record offset inside one.
+        It covers every record yielded before the call: the shards whose records have all been
+        yielded, and how many of the shard being read. A stream resumed from it delivers every
+        other record of the epoch exactly once (the rest of that shard first) and none of
+        these. Save it before asking for the next one: this call frees the shards the previous
+        position covered.
         """
-        return self._files.position(unfinished=1 if self._reading else 0)
+        return self._files.position(unfinished=1 if self._reading else 0) | {
+            "records": self._in_progress()
+        }
+
+    def keep_until_freed(self) -> None:
+        """From now on keep every shard read (and the one being read) on the RAM disk, also
+        past the stream's end, until a saved position covering it is freed (``free_saved``)
+        or ``hand_off`` moves it. Idempotent."""
+        self._files.start_keeping(self._path if self._reading else None)
+
+    def kept_claims(self) -> list[str]:
+        return self._files.kept_claims()
+
+    def hand_off(self, holder: str) -> None:
+        self._files.hand_off(holder)
+
+    def snapshot(self) -> dict[str, Any]:
+        """``position()``'s position, freeing nothing: the caller frees what a saved one covers
+        (``free_saved``); for a DataLoader worker, which snapshots at every batch."""
+        unfinished = 1 if self._reading else 0
+        return self._files.snapshot(unfinished=unfinished, records=self._in_progress())
+
+    @property
+    def ended(self) -> bool:
+        """Whether every record of every epoch asked for was yielded."""
+        return self._files.ended
+
+    def _in_progress(self) -> dict[str, int]:
+        if not self._reading or not self._yielded:
+            return {}
+        return {self._shard_name: self._yielded}
 
     def _run(self) -> Generator[bytes, None, None]:
         for path in self._files:
@@ -113,14 +147,21 @@ class Records(Iterator[bytes]):
         One record is read ahead, so ``_reading`` turns false just before the last record of
         the shard is handed out: a position taken then already covers the whole shard.
         """
+        claim = parse_claim_name(os.path.basename(path))
+        skip = self._files.trained_before(path)
         with open_shard(path) as stream:
+            self._shard_name, self._yielded = (claim[1] if claim else ""), skip
+            self._path = path
             self._reading = True
             frames = iter_records(stream)
+            for _ in range(skip):  # trained before the saved position
+                next(frames, None)
             current = next(frames, None)
             while current is not None:
                 following, error = _next_or_error(frames)
                 if following is None and error is None:
                     self._reading = False
+                self._yielded += 1
                 yield current  # the records before a corrupt one are still delivered
                 if error is not None:
                     raise error

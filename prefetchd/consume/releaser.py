@@ -144,6 +144,16 @@ class ShardReleaser:
         with self._lock:
             self._retire(self._reads.finished(name))
 
+    def note_resumed(self, where: str) -> None:
+        """Publish where this process resumed from a saved position (``ClaimantLock``)."""
+        if not self._foreign():
+            self._claimant_lock.note_resumed(where)
+
+    def retain(self, name: str) -> None:
+        """Keep the claim ``name`` once read: its stream frees it."""
+        with self._lock:
+            self._reads.retain(name)
+
     def untrack(self, name: str) -> None:
         with self._lock:
             self._reads.untrack(name)

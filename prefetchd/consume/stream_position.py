@@ -1,57 +1,46 @@
-"""Where a resumable ``ready_files()`` stream stands, to the shard, and the shards it keeps.
+"""Where a resumable ``ready_files()`` stream stands, and the shards it keeps for it.
 
-A position saved by ``ReadyFiles.position()`` (``TrainingPosition`` in ``consume/position.py``
-adds record counts to it)::
-
-    {"version": 1, "epoch": 1, "consumed": ["e000001-w00-c000003.tfrecord", ...]}
-
-Resumable streams keep the shards they yielded on the RAM disk until a position the trainer
-has certainly saved covers them; after a crash the daemon returns them to ``ready/``, and a
-stream resumed from the saved position skips the ones it covers: exactly once relative to it.
+The position it writes is ``consume/position_format.py``'s. Resumable streams keep the shards
+they yielded on the RAM disk until a position the trainer has certainly saved covers them;
+after a crash the daemon returns them to ``ready/``, and a stream resumed from the saved
+position first takes back what the saved one held (``reclaim``: freeing the shards it covers,
+reading first the ones it was in, skipping their trained records): exactly once relative to it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from prefetchd.atomic import dir_bytes
 from prefetchd.consume.claims import give_back, retire
+from prefetchd.consume.position_format import (
+    POSITION_VERSION,
+    Position,
+    check_job,
+    job_tag,
+    parse_position,
+)
 from prefetchd.consume.releaser import ShardReleaser
-from prefetchd.layout import Layout, parse_claim_name, parse_shard_name
+from prefetchd.errors import PositionError
+from prefetchd.layout import Layout, claim_name, parse_claim_name, parse_shard_name
 
-POSITION_VERSION = 1
+__all__ = [
+    "POSITION_VERSION",
+    "Position",
+    "StreamPosition",
+    "check_job",
+    "free_saved",
+    "job_tag",
+    "parse_position",
+    "take_back",
+]
 
-
-@dataclass(frozen=True)
-class Position:
-    """Where a resumable stream stands: ``epoch`` is the first epoch it may still have to
-    deliver, ``consumed`` the shards yielded since the position before this one (older ones are
-    deleted from the RAM disk, so they can never come back)."""
-
-    epoch: int
-    consumed: frozenset[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"version": POSITION_VERSION, "epoch": self.epoch, "consumed": sorted(self.consumed)}
-
-
-def parse_position(raw: Mapping[str, Any]) -> Position:
-    """A saved position (``{}`` = the start); raises ``ValueError`` naming what is wrong."""
-    if not raw:
-        return Position(0, frozenset())
-    if raw.get("version") != POSITION_VERSION:
-        raise ValueError(f"position: version {raw.get('version')!r}, expected {POSITION_VERSION}")
-    epoch, consumed = raw.get("epoch"), raw.get("consumed")
-    if not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"position: epoch {epoch!r} is not a non-negative integer")
-    if not isinstance(consumed, list) or not all(
-        isinstance(n, str) and parse_shard_name(n) is not None for n in consumed
-    ):
-        raise ValueError("position: consumed must be a list of shard names")
-    return Position(epoch, frozenset(consumed))
+log = logging.getLogger(__name__)
 
 
 class StreamPosition:
@@ -65,11 +54,18 @@ class StreamPosition:
     thread than the one iterating.
     """
 
-    def __init__(self, layout: Layout, saved: Position | None) -> None:
+    def __init__(
+        self, layout: Layout, saved: Position | None, job: Mapping[str, Any] | None = None
+    ) -> None:
         self._layout = layout
         self.resumable = saved is not None
         self.skip = set(saved.consumed) if saved is not None else set()
         self.epoch = saved.epoch if saved is not None else 0
+        self.saved = saved
+        self.job = job
+        # records of a shard trained before the saved position: skipped when it comes back
+        self.resume_records = dict(saved.records) if saved is not None else {}
+        self.reclaimed: list[str] = []  # shards in progress taken back: yielded first
         self.releaser: ShardReleaser | None = None  # the process's, once the stream has one
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
@@ -113,7 +109,120 @@ class StreamPosition:
         # A retained shard of an earlier epoch may come back after a crash: resume from there.
         reading = [claim[1] for claim in map(parse_claim_name, self._since) if claim]
         epochs = [p[0] for p in map(parse_shard_name, consumed + reading) if p is not None]
-        return Position(min([self.epoch, *epochs]), frozenset(consumed)).to_json()
+        return self._json(min([self.epoch, *epochs]), consumed, {})
+
+    def _json(self, epoch: int, consumed: list[str], records: Mapping[str, int]) -> dict[str, Any]:
+        claimant = self.releaser.claimant if self.releaser is not None else None
+        # Records of a shard the saved position was in and that has not come back yet stay.
+        records = {**{n: k for n, k in self.resume_records.items() if k}, **records}
+        return Position(epoch, frozenset(consumed), records, claimant, self.job).to_json()
+
+    def snapshot(self, unfinished: int, records: Mapping[str, int]) -> dict[str, Any]:
+        """A position covering every claim yielded but the last ``unfinished``, with the
+        records trained of those (``records``), freeing nothing: for callers that cannot know
+        which of their positions was saved (a DataLoader worker snapshots at every batch).
+        They free what a saved position covers with ``free_saved``. Claims freed that way
+        since are left out, so it stays as small as what the RAM disk keeps."""
+        with self._lock:
+            kept = [
+                c for c in self._covered + self._since if (self._layout.ram_claimed / c).exists()
+            ]
+            self._covered, self._since = [], kept
+            done = kept[: max(0, len(kept) - unfinished)]
+            reading = kept[len(done) :]
+        consumed = [c[1] for c in map(parse_claim_name, done) if c] + sorted(self.skip)
+        in_progress = [c[1] for c in map(parse_claim_name, reading) if c] + list(records)
+        epochs = [p[0] for p in map(parse_shard_name, in_progress) if p is not None]
+        return self._json(min([self.epoch, *epochs]), consumed, records)
+
+    def start_keeping(self, reading: str | None) -> None:
+        """Become resumable now: keep what is yielded from here on, and ``reading``, the claim
+        being read (what was read before is covered by any position taken from now on)."""
+        if self.resumable:
+            return
+        self.resumable = True
+        if reading is not None:
+            with self._lock:
+                self._since.append(reading)
+            if self.releaser is not None:
+                self.releaser.retain(reading)
+
+    def kept_claims(self) -> list[str]:
+        """The claims this stream keeps (yielded, not freed)."""
+        with self._lock:
+            return self._covered + self._since
+
+    def reclaim(self, releaser: ShardReleaser) -> None:
+        """Take back what the saved position's process held, before claiming anything new:
+        the shards it covers are freed, those it was reading are claimed for this stream
+        (``reclaimed``, yielded first, their trained records skipped). Wherever the daemon
+        has put them (still under the dead claimant, or back in ``ready/``), no other trainer
+        process can get them first if every process of the job reclaims before it claims.
+
+        Raises ``PositionError`` if a shard the position was reading is gone (the RAM disk was
+        emptied, or a later position was saved and its shards freed)."""
+        saved = self.saved
+        if saved is None or saved.claimant is None:
+            return
+        owners = [saved.claimant, *filter(None, [saved.holder])]
+        where = [f"epoch {saved.epoch}: {len(saved.consumed)} shards done"]
+        for shard in sorted(saved.consumed):
+            taken = self._take(shard, owners, releaser)
+            if taken is not None:
+                self.skip.discard(shard)
+                self.free([taken])
+        for shard, trained in sorted(saved.records.items()):
+            taken = self._take(shard, owners, releaser)
+            if taken is not None:
+                self.reclaimed.append(taken)
+                where.append(f"{shard} from record {trained}")
+                log.info(
+                    "resuming epoch %d inside %s after its first %d records",
+                    saved.epoch,
+                    shard,
+                    trained,
+                )
+            elif trained:
+                raise PositionError(
+                    f"position: shard {shard}, of which it trained {trained} records, is no "
+                    "longer on the RAM disk (a later position of this job was saved and freed "
+                    "it, or the daemon's RAM disk was emptied): resume from the newest position"
+                )
+        releaser.note_resumed(", ".join(where))
+
+    def _take(self, shard: str, owners: list[str], releaser: ShardReleaser) -> str | None:
+        """Claim ``shard`` for this process from a dead owner's claim or ``ready/``."""
+        lay = self._layout
+        mine = claim_name(releaser.claimant, shard)
+        sources = [lay.ram_claimed / claim_name(o, shard) for o in owners] + [lay.ram_ready / shard]
+        for _ in range(3):  # the daemon may move it from claimed/ to ready/ meanwhile
+            for source in sources:
+                releaser.track(mine, retain=True)
+                try:
+                    os.rename(source, lay.ram_claimed / mine)
+                except FileNotFoundError:
+                    releaser.untrack(mine)
+                    continue
+                return mine
+        return None
+
+    def hand_off(self, holder: str) -> None:
+        """The stream ended in a process that may exit before a saved position covers what it
+        keeps (a DataLoader worker): rename its claims to ``holder``'s, a claimant whose
+        process lives on (the trainer's main process), so the daemon does not take them back."""
+        with self._lock:
+            kept, self._covered, self._since = self._covered + self._since, [], []
+        for claimed in kept:
+            parsed = parse_claim_name(claimed)
+            if parsed is None or parsed[0] == holder:
+                continue
+            if self.releaser is not None:
+                self.releaser.untrack(claimed)
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(
+                    self._layout.ram_claimed / claimed,
+                    self._layout.ram_claimed / claim_name(holder, parsed[1]),
+                )
 
     def free(self, claimed: list[str]) -> None:
         """Retire ``claimed`` to ``done/``: finished, no position needs them any more."""
@@ -148,3 +257,42 @@ class StreamPosition:
             f"position() is called again ({size} bytes claimed in total): call position() at "
             "every checkpoint, or raise output.ram_budget"
         )
+
+
+def take_back(layout: Layout, position: dict[str, Any], keeper: str) -> None:
+    """Take back, in one process for all of its streams, what a saved position names before
+    any trainer process of the job claims a shard: the shards it covers are freed, those it was
+    reading are claimed for ``keeper`` (a live claimant), and ``position`` is updated to name
+    ``keeper`` as their claimant, so the stream resumed from it takes them from there."""
+    saved = parse_position(position)
+    owners = [o for o in (saved.claimant, saved.holder) if o is not None]
+    lay = layout
+    for shard in [*sorted(saved.consumed), *sorted(saved.records)]:
+        target = (
+            lay.ram_claimed / claim_name(keeper, shard)
+            if shard in saved.records
+            else lay.ram_done / claim_name(keeper, shard)
+        )
+        sources = [lay.ram_claimed / claim_name(o, shard) for o in owners] + [lay.ram_ready / shard]
+        for source in sources * 2:  # the daemon may move it from claimed/ to ready/ meanwhile
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(source, target)
+                break
+    if saved.records:
+        position["claimant"] = keeper
+
+
+def free_saved(layout: Layout, position: Mapping[str, Any], holder: str | None) -> int:
+    """Free the shards a position that was saved covers (its ``consumed``), wherever its
+    process or ``holder`` keeps them; returns how many were freed."""
+    claimant = position.get("claimant")
+    owners = [o for o in (claimant, position.get("holder"), holder) if isinstance(o, str)]
+    freed = 0
+    for shard in position.get("consumed", []):
+        for owner in owners:
+            name = claim_name(owner, shard)
+            if (layout.ram_claimed / name).exists():
+                retire(layout.ram_claimed, layout.ram_done, name)
+                freed += 1
+                break
+    return freed

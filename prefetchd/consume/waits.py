@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from prefetchd.messages.consumer_report import RECORD_SIZE, ConsumerReport
+from prefetchd.messages.consumer_report import RECORD_SIZE, RESUMED_CHARS, ConsumerReport
 
 
 class ConsumerStats:
@@ -27,6 +27,7 @@ class ConsumerStats:
         self.waiters = 0
         self.waiting_since: float | None = None
         self.shards = 0
+        self.resumed: str | None = None
 
     def begin(self, now: float) -> None:
         if self.waiters == 0:
@@ -44,6 +45,11 @@ class ConsumerStats:
         # Readers from before ``waiting_since_monotonic`` read ``waiting_since`` as epoch seconds.
         wall = None if since is None else round(since + time.time() - time.monotonic(), 3)
         report = ConsumerReport(
-            self.pid, round(self.wait_s, 3), wall, self.shards, waiting_since_monotonic=since
+            self.pid,
+            round(self.wait_s, 3),
+            wall,
+            self.shards,
+            waiting_since_monotonic=since,
+            resumed=self.resumed[:RESUMED_CHARS] if self.resumed else None,
         )
         return report.encode()

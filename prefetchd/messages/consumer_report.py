@@ -11,7 +11,8 @@ verdict. One JSON object padded with spaces to ``RECORD_SIZE`` bytes, so a reade
 ``wait_s`` counts finished waits; ``waiting_since`` (epoch seconds) and
 ``waiting_since_monotonic`` (time.monotonic(): system-wide, immune to wall-clock steps; what a
 reader that knows it uses) are set while the process waits, so the reader adds the wait still
-in progress.
+in progress. ``resumed`` (at most ``RESUMED_CHARS`` characters) says where the process resumed
+from a saved position, e.g. ``epoch 1: 3 shards done, e00001-w01-0000004.tfrecord from record 17``.
 
 Other versions (rule: ``prefetchd.messages.wire``): trainer and daemon are separate installs (a
 sidecar container), so either may be newer. Unknown fields are ignored; missing ones read as 0 /
@@ -27,6 +28,7 @@ from typing import ClassVar, Self
 from prefetchd.messages.wire import json_object, scalar_fields
 
 RECORD_SIZE = 256
+RESUMED_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class ConsumerReport:
     shards: int = 0
     version: int = VERSION  # of the report read; ``encode`` writes VERSION
     waiting_since_monotonic: float | None = None
+    resumed: str | None = None  # where the process resumed from a saved position, if it did
 
     def encode(self) -> bytes:
         """The one encoder: exactly ``RECORD_SIZE`` bytes."""

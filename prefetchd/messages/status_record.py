@@ -141,6 +141,8 @@ class StatusRecord:
     consumers_waiting: int = 0
     consumer_wait_s: float = 0.0
     consumer_wait_ratio: float = 0.0
+    # where the live trainer processes that resumed from a saved position did ("; "-joined)
+    trainers_resumed: str | None = None
     children: dict[str, ChildStatus] = field(default_factory=dict)
     last_errors: tuple[ErrorEntry, ...] = ()
     bottleneck: Verdict | None = None

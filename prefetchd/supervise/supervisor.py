@@ -415,7 +415,9 @@ class Supervisor:
                 dead[owner] = not holds_lock(lay.consumer_lock(owner))
             if dead[owner]:
                 log.warning("trainer %s died holding %s; returning it to ready/", owner, shard)
-                rename_under_budget_lock(lay, lay.ram_claimed / name, lay.ram_ready / shard)
+                # a resumed trainer may have taken it back from the dead claim meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    rename_under_budget_lock(lay, lay.ram_claimed / name, lay.ram_ready / shard)
         for claimant, lock in lay.consumer_locks().items():
             is_dead = dead[claimant] if claimant in dead else not holds_lock(lock)
             if is_dead:
@@ -498,7 +500,9 @@ class Supervisor:
         elapsed = max(now - self.started_monotonic, 1e-9)
         dl = reports.get("downloader", ChildReport())
         errors = sorted((e for r in reports.values() for e in r.last_errors), key=lambda e: e.time)
-        wait_total, consumers, waiting = self.waits.update(read_consumers(lay), now)
+        consumer_reports = read_consumers(lay)
+        wait_total, consumers, waiting = self.waits.update(consumer_reports, now)
+        resumed = sorted({r.resumed for r in consumer_reports.values() if r.resumed})
         ram_wait = sum(r.ram_wait_s for r in reports.values())
         self.series.add(now, {"consumer_wait_s": wait_total, "writer_ram_wait_s": ram_wait})
         wait_ratio = min(1.0, self.series.rate("consumer_wait_s") / max(consumers, 1))
@@ -551,6 +555,7 @@ class Supervisor:
             consumers_waiting=waiting,
             consumer_wait_s=round(wait_total, 3),
             consumer_wait_ratio=round(wait_ratio, 3),
+            trainers_resumed="; ".join(resumed)[:400] or None,
             children={
                 c.name: _child_status(c, c.last_report or ChildReport(), now) for c in self.children
             },

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from .trainers import SIZES
 pytestmark = pytest.mark.e2e
 
 TRAINER = "tests.e2e.plain_trainer"
+RESUME_TRAINER = "tests.e2e.records_resume_trainer"
 
 # Reads every shard named on the command line with TensorFlow; prints the records as hex.
 TF_READER = """
@@ -118,3 +120,30 @@ def _wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 3
             proc.wait()
             pytest.fail(f"trainer never held after {timeout:.0f} s")
         time.sleep(0.05)
+
+
+def test_records_killed_mid_shard_and_resumed_trains_each_record_once_per_epoch(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Saved every 7 records, killed 4 records after a save: the saved position is inside a
+    shard, whose trained records must not come again and whose others must."""
+    dataset = upload("tfrecord", SIZES, seed=44)
+    config = write_config(tmp_path, epochs__count=2, output__shard_size="128KiB")
+    daemon = run_daemon(config)
+    ckpt = tmp_path / "ckpt.json"
+    args = (str(ckpt), "--epochs", "2", "--save-every", "7")
+    first = start_trainer(
+        RESUME_TRAINER, config, tmp_path / "a.json", *args, "--crash-after", "130"
+    )
+    assert first.wait(120) == -signal.SIGKILL
+    saved = json.loads(ckpt.read_text())
+    assert saved["position"]["records"], "the saved position is not inside a shard"
+    out = tmp_path / "b.json"
+    second = finish_trainer(start_trainer(RESUME_TRAINER, config, out, *args, "--resume"), out)
+    assert daemon.wait(120) == 0, daemon.output()
+    for epoch in (0, 1):
+        got = Counter(rid for e, rid in saved["records"] + second["records"] if e == epoch)
+        assert got == Counter(dataset["ids"]), f"epoch {epoch}: records lost or trained twice"

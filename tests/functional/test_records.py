@@ -21,7 +21,9 @@ import prefetchd
 from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.records import CorruptShard
+from prefetchd.errors import PositionError
 from prefetchd.layout import Layout, shard_name
+from prefetchd.supervise.status import read_consumers
 from prefetchd.tfrecord import frame
 
 
@@ -104,7 +106,7 @@ def test_a_bad_crc_raises_naming_the_shard(config: Config) -> None:
         next(stream)
 
 
-def test_a_position_covers_whole_shards_only(config: Config) -> None:
+def test_a_position_counts_the_records_of_the_shard_in_progress(config: Config) -> None:
     layout = Layout.of(config)
     names = [publish(config, 0, c, count=2) for c in range(3)]
     stream = prefetchd.records(config, epoch=0, timeout=10, position={})
@@ -112,17 +114,51 @@ def test_a_position_covers_whole_shards_only(config: Config) -> None:
     # after the last record of shard 0: it is covered
     assert stream.position()["consumed"] == names[:1]
     assert next(stream) == contents(0, 1, 2)[0]
-    # in the middle of shard 1: not covered, it will come again whole (shard 0 was covered by
-    # the position before, so this one need not list it)
+    # in the middle of shard 1: its first record is counted (shard 0 was covered by the
+    # position before, so this one need not list it)
     saved = stream.position()
-    assert saved == {"version": 1, "epoch": 0, "consumed": []}
+    assert (saved["consumed"], saved["records"]) == ([], {names[1]: 1})
     assert next(stream) == contents(0, 1, 2)[1]
     # the trainer dies here; the daemon returns its claims (kept for the position) to ready/
     for name in os.listdir(layout.ram_claimed):
         os.rename(layout.ram_claimed / name, layout.ram_ready / name.partition("-")[2])
     complete(config, 0)
     resumed = list(prefetchd.records(config, epoch=0, timeout=10, position=saved))
-    assert resumed == contents(0, 1, 2) + contents(0, 2, 2), "lost, or delivered twice"
+    assert resumed == contents(0, 1, 2)[1:] + contents(0, 2, 2), "lost, or delivered twice"
+
+
+def test_a_resumed_stream_takes_back_its_shards_before_the_daemon_returns_them(
+    config: Config,
+) -> None:
+    """Right after a crash the dead trainer's claims are still under its name: the resumed
+    stream takes them back itself (the one in progress first, skipping what was trained)."""
+    names = [publish(config, 0, c, count=3) for c in range(3)]
+    stream = prefetchd.records(config, epoch=0, timeout=10, position={})
+    assert [next(stream) for _ in range(4)] == contents(0, 0, 3) + contents(0, 1, 3)[:1]
+    saved = stream.position()
+    assert (saved["consumed"], saved["records"]) == (names[:1], {names[1]: 1})
+    complete(config, 0)
+    # a second process resumes while the first still holds its claims (its lock is held)
+    again = prefetchd.records(config, epoch=0, timeout=10, position=saved)
+    notes = [r.resumed for r in read_consumers(Layout.of(config)).values() if r.resumed]
+    assert notes == [f"epoch 0: 1 shards done, {names[1]} from record 1"], "status shows it"
+    assert list(again) == contents(0, 1, 3)[1:] + contents(0, 2, 3)
+
+
+def test_a_position_of_another_job_raises_one_clear_line(config: Config) -> None:
+    publish(config, 0, 0, count=2)
+    stream = prefetchd.records(config, epoch=0, timeout=10, position={})
+    next(stream)
+    saved = stream.position()
+    other_seed = {**saved, "job": {**saved["job"], "seed": 7}}
+    with pytest.raises(PositionError, match=r"epochs.seed=7 and this config has 0"):
+        prefetchd.records(config, epoch=0, position=other_seed)
+    other_data = {**saved, "job": {**saved["job"], "dataset": "0123456789abcdef"}}
+    with pytest.raises(PositionError, match=r"another dataset \(0123456789abcdef"):
+        prefetchd.records(config, epoch=0, position=other_data)
+    with pytest.raises(PositionError, match=r"version 9 is not one this prefetchd reads"):
+        prefetchd.records(config, epoch=0, position={**saved, "version": 9})
+    stream.close()
 
 
 def test_records_is_exported_lazily() -> None:

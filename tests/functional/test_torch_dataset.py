@@ -98,3 +98,51 @@ def test_copies_and_pickles_take_the_epoch_as_it_is(config: Config) -> None:
         assert dataset.current_epoch() == 1, "a copy changed the original's epoch"
         assert twin.current_epoch() == 0
     assert Counter(copy.deepcopy(dataset)) == expected(1)
+
+
+def test_state_dict_resumes_inside_a_shard_under_a_stateful_dataloader(config: Config) -> None:
+    StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+
+    dataset = RecordDataset(config, timeout=30)
+    dataset.set_epoch(0)
+    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=0)
+    it = iter(loader)
+    trained = [next(it) for _ in range(7)]  # the whole first shard and 2 of the second's
+    first = json.loads(json.dumps(loader.state_dict()))  # what torch.save would keep
+    assert _dataset_states(first)[0]["records"] == {shard_name(0, 0, 1): 2}
+    trained += [next(it) for _ in range(4)]  # the rest of the second shard, 1 of the third's
+    state = json.loads(json.dumps(loader.state_dict()))
+    (position,) = _dataset_states(state)
+    assert position["consumed"] == [shard_name(0, 0, 1)]
+    assert position["records"] == {shard_name(0, 0, 2): 1}
+    assert len(json.dumps(position)) < 1000, "the state should stay small"
+    # the second shard was kept on the RAM disk until a saved state covered it
+    assert dataset.saved(state) == 1
+    del it  # the trainer dies here: a new one resumes from the saved state
+    resumed = RecordDataset(config, timeout=30)
+    resumed.set_epoch(0)
+    again = StatefulDataLoader(resumed, batch_size=None, num_workers=0)
+    again.load_state_dict(state)
+    rest = list(again)
+    assert Counter(trained) + Counter(rest) == expected(0), "lost or trained twice"
+
+
+def test_a_state_of_another_seed_is_refused_with_one_line(config: Config) -> None:
+    from dataclasses import replace
+
+    from prefetchd.errors import PositionError
+
+    state = RecordDataset(config).state_dict()
+    other = RecordDataset(replace(config, epochs=replace(config.epochs, seed=5)))
+    with pytest.raises(PositionError, match=r"epochs.seed=0 and this config has 5"):
+        other.load_state_dict(state)
+    with pytest.raises(PositionError, match=r"version 0 is not one this prefetchd reads"):
+        other.load_state_dict({**state, "version": 0})
+
+
+def _dataset_states(state: object) -> list[dict[str, object]]:
+    if isinstance(state, dict):
+        if "consumed" in state and "version" in state:
+            return [state]
+        return [s for v in state.values() for s in _dataset_states(v)]
+    return []

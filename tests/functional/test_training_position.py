@@ -96,7 +96,7 @@ def test_a_finished_epoch_moves_the_position_on(config: Config) -> None:
     assert [skip for _, skip in position.files(config, 0, timeout=5)] == [0]
     position.trained(2)
     position.epoch_done(0)
-    assert position.to_json() == {"version": 1, "epoch": 1, "consumed": [], "records": {}}
+    assert position.to_json() == {"version": 2, "epoch": 1, "consumed": [], "records": {}}
 
 
 @pytest.mark.parametrize(

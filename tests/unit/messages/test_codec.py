@@ -112,3 +112,18 @@ def test_a_report_built_from_a_roles_counters_carries_each_of_them() -> None:
     assert read.activity_text == "paused: store errors (SlowDown), retrying in 4s"
     assert (read.counts.objects_downloaded, read.window_limit, read.epoch) == (7, 4096, 2)
     assert read.last_errors == tuple(errors) and read.version == ChildReport.VERSION
+
+
+def test_a_consumer_report_with_the_longest_resume_note_still_fits_its_record() -> None:
+    from prefetchd.consume.waits import ConsumerStats
+    from prefetchd.messages.consumer_report import RECORD_SIZE
+
+    stats = ConsumerStats(2**22)
+    stats.wait_s, stats.shards, stats.waiting_since = 1e9 + 0.123, 10**9, 1e9 + 0.5
+    stats.resumed = (
+        "epoch 123456: 999999 shards done, e123456-w99-9999999.tfrecord.gz from record 99999999"
+    )
+    data = stats.encode()
+    assert len(data) == RECORD_SIZE
+    report = ConsumerReport.decode(data)
+    assert report.resumed is not None and report.resumed.startswith("epoch 123456: ")

@@ -209,6 +209,7 @@ def test_consumer_stats_count_finished_and_running_waits() -> None:
         "waiting_since": None,
         "shards": 0,
         "waiting_since_monotonic": None,
+        "resumed": None,
     }
 
 
