@@ -96,7 +96,7 @@ class OutputConfig:
     ram_budget: int = 4 * 1024**3
     writers: int = 2
     shard_size: int = 128 * 1024**2
-    mix: int = 8
+    mix: int = 64
     compression: str = "none"
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE  # larger records quarantine their object
 

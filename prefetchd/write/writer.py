@@ -31,7 +31,7 @@ from prefetchd.write.formats import (
 )
 from prefetchd.write.formats.plugin import PluginFormat, PluginHeartbeat
 from prefetchd.write.mixing import STEP_BYTES, Mixer
-from prefetchd.write.objects import ObjectReader
+from prefetchd.write.objects import MIX_MEMORY, ObjectReader, batch_bytes
 from prefetchd.write.publish import Publisher
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class Writer:
             config.source.format,
             max_record_size=out.max_record_size,
             parse_timeout=config.source.parse_timeout,
+            batch_bytes=batch_bytes(out.mix),
         )
         self.budget = RamBudget(
             layout, out.ram_budget, ram_chunk(out.shard_size), self._waiting_for_ram, self._headroom
@@ -184,14 +185,22 @@ class Writer:
         self.mixer.advance(mixable, drawn)
 
     def _filling(self) -> bool:
-        """Whether to wait for more objects before drawing (``FlushClock.filling``)."""
+        """Whether to wait for more objects before drawing (``FlushClock.filling``); not once
+        the open objects hold ``MIX_MEMORY``: no other would be opened."""
         mixer = self.mixer
+        if len(mixer.open) < self.config.output.mix and mixer.held_bytes() >= MIX_MEMORY:
+            return False
         return self.clock.filling(len(mixer.open), mixer.open[0].epoch, mixer.holding_large)
 
     def _refill(self) -> None:
-        """Open objects up to ``output.mix``, but none while one is holding a large batch."""
-        mix = self.config.output.mix
-        while len(self.mixer.open) < mix and not self.mixer.holding_large():
+        """Open objects up to ``output.mix`` while they hold less than ``MIX_MEMORY``, but none
+        while one is holding a large batch."""
+        mix, mixer = self.config.output.mix, self.mixer
+        while (
+            len(mixer.open) < mix
+            and not mixer.holding_large()
+            and (not mixer.open or mixer.held_bytes() < MIX_MEMORY)
+        ):
             name = self._claim_next()
             if name is None:
                 return

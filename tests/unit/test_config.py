@@ -57,7 +57,7 @@ output:
   ram_budget: 4GiB               # most bytes of shards on the RAM disk (in progress+ready+claimed)
   writers: 2
   shard_size: 128MiB
-  mix: 8                         # raw files each writer draws records from at once
+  mix: 64                        # raw files each writer draws records from at once
   compression: none              # none | gzip
 status:
   state_dir: /var/lib/prefetchd
