@@ -212,6 +212,15 @@ class ObjectReader:
                 return
             obj.taken += len(frames)
 
+    def tombstone(self, name: str) -> bool:
+        """Whether the claimed ``name`` stands for an object the downloader skipped (in the
+        replayable order it publishes an empty file whose meta says so: write/replay.py)."""
+        try:
+            meta = json.loads(read_small(self.layout.meta_file(name)))
+        except (OSError, ValueError):
+            return False
+        return isinstance(meta, dict) and meta.get("skipped") is True
+
     def quarantine(self, obj: OpenObject, exc: Exception) -> None:
         """Set ``obj`` aside for good: deleted at once (so a restart cannot count it again),
         logged once with its key and the reason, counted under its ``Reason``."""

@@ -1,0 +1,85 @@
+"""``epochs.order: replayable``: the writer takes objects in a fixed order, whatever the timing.
+
+With the same seed, data, config and hosts, the records of a host come out in the same order on
+every run. The writer's draws depend on the set of open objects and the seeded choices
+(``mixing.py``); timing enters only through which objects are open when, and when a shard is
+cut. In this mode (one writer, ``config.py``):
+
+- objects are claimed in ``(epoch, seq)`` order, each only once the one before it is claimed or
+  can no longer come (``ReplayOrder.claim_next``): the epoch is downloaded and ready/ holds
+  nothing before it. An object the downloader skipped is still published, as a tombstone (an
+  empty file whose meta says ``"skipped": true``, ``download/publish.py``), so its turn passes
+  without a wait; the writer drops it unread (``ObjectReader.tombstone``);
+- the writer draws only with the mix full: ``output.mix`` objects open, or the open ones holding
+  ``MIX_MEMORY``, or their files taking half of ``download.window`` (so the window always has
+  room for the next object), or nothing more of the epoch to come (``Writer._filling``);
+- a shard is cut at ``output.shard_size`` and at the end of the writer's epoch only (no flush
+  clock), and trainers claim shards in name order, which with one writer is the order they
+  were written.
+
+A restarted writer resumes its objects where the journal says (exactly once, as ever) and then
+takes the first object in ready/: the order after a crash is complete and exactly once, but not
+the one an uninterrupted run gives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from prefetchd.layout import Layout, parse_object_name
+from prefetchd.write.arrivals import Arrivals
+
+
+class ReplayOrder:
+    """Which object the writer takes next in the replayable order. Owns ``expected``: the
+    ``(epoch, seq)`` the next object must have (or come after, once that one cannot come);
+    None after a restart, when the first object in ready/ is taken."""
+
+    def __init__(self, layout: Layout, arrivals: Arrivals, *, fresh: bool) -> None:
+        self.layout = layout
+        self.arrivals = arrivals
+        self.expected: tuple[int, int] | None = (0, 0) if fresh else None
+
+    def claim_next(self, current: int | None, switch: Callable[[int], bool]) -> str | None:
+        """Rename the next object in ``(epoch, seq)`` order into the claimed set; None while
+        it has not arrived (or the writer may not move on to its epoch yet: ``switch``)."""
+        arrivals = self.arrivals
+        arrivals.list()
+        while arrivals.listing:
+            name = arrivals.listing[0]  # names sort by epoch, then seq
+            parsed = parse_object_name(name)
+            if parsed is None:
+                arrivals.listing.pop(0)
+                continue
+            at = (parsed.epoch, parsed.seq)
+            if self.expected is not None and at > self.expected and not self._passed(at):
+                return None
+            if parsed.epoch != current and not switch(parsed.epoch):
+                return None
+            if arrivals.listing[:1] != [name]:  # switch listed ready/ again
+                continue
+            arrivals.listing.pop(0)
+            arrivals.first_seen.pop(name, None)
+            os.rename(f"{self.layout.cache_ready}/{name}", arrivals.claimed(name))
+            self.expected = (parsed.epoch, parsed.seq + 1)
+            return name
+        return None
+
+    def _passed(self, at: tuple[int, int]) -> bool:
+        """Whether the expected object can no longer come, so ``at`` (the first in ready/,
+        after it) is next: the expected object's epoch is downloaded, so all of it that is
+        left lies in ready/, and a fresh listing still starts after it."""
+        assert self.expected is not None
+        if not self.layout.downloaded_marker(self.expected[0]).exists():
+            return False
+        self.arrivals.list(force=True)
+        first = self.arrivals.listing[0] if self.arrivals.listing else None
+        parsed = parse_object_name(first) if first is not None else None
+        return parsed is None or (parsed.epoch, parsed.seq) >= at
+
+    def epoch_over(self, epoch: int) -> bool:
+        """Whether nothing more of ``epoch`` can come: downloaded, none of it in ready/."""
+        if not self.layout.downloaded_marker(epoch).exists():
+            return False
+        return not self.arrivals.any_of(epoch)
