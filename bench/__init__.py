@@ -47,8 +47,9 @@ One module per concern:
 - ``environment``: packages, the processes' environment, the machine; ``results``/``report``:
   outputs and their (pure) arithmetic; ``bars``: the issue's bars (pure); ``sweep``: the
   tuning curves;
-- ``manifest_scale`` and ``shuffle_quality``: benchmarks of their own
-  (``python -m bench.manifest_scale``, ``python -m bench.shuffle_quality``).
+- ``manifest_scale``, ``shuffle_quality`` and ``replay``: benchmarks of their own
+  (``python -m bench.manifest_scale``, ``python -m bench.shuffle_quality``, ``python -m
+  bench.replay``: ``epochs.order: replayable`` beside ``fast``).
 - ``profile_writer``, ``profile_download``, ``profile_trainer``: one stage measured on its own
   (``python -m bench.profile_writer``, ...; "Profiling one stage" in ``docs/benchmarks.md``).
 """

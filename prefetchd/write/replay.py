@@ -46,6 +46,7 @@ class ReplayOrder:
         it has not arrived (or the writer may not move on to its epoch yet: ``switch``)."""
         arrivals = self.arrivals
         arrivals.list()
+        fresh = False  # whether the listing was made just now
         while arrivals.listing:
             name = arrivals.listing[0]  # names sort by epoch, then seq
             parsed = parse_object_name(name)
@@ -53,8 +54,13 @@ class ReplayOrder:
                 arrivals.listing.pop(0)
                 continue
             at = (parsed.epoch, parsed.seq)
-            if self.expected is not None and at > self.expected and not self._passed(at):
-                return None
+            if self.expected is not None and at > self.expected:
+                if not fresh:  # the expected object may have arrived since the listing
+                    arrivals.list(force=True)
+                    fresh = True
+                    continue
+                if not self._passed(at):
+                    return None
             if parsed.epoch != current and not switch(parsed.epoch):
                 return None
             if arrivals.listing[:1] != [name]:  # switch listed ready/ again
