@@ -1,10 +1,12 @@
 """The default ``output.mix`` mixes records across many objects, against the real daemon (moto on
 127.0.0.1, ``prefetchd.records()`` in this process).
 
-96 TFRecord objects of 16 records each, every record naming its object; 2 writers, 64 KiB shards.
+96 TFRecord objects of 48 records each, every record naming its object; 2 writers, 64 KiB shards.
 Read in the order a trainer reads, each window of 100 consecutive records holds records of how
-many objects? With the default (64 open objects per writer) most of each writer's 48 objects;
-with ``mix: 8`` at most 16 (8 per writer), which the test also runs to show it can tell.
+many objects? With the default (64 open objects per writer) most of each writer's 48 objects
+(35-40 measured; fewer in the first shards, drawn before every object is in); with ``mix: 8`` about
+8 per writer plus the objects that replace those drained within the window (10-14 measured),
+which the test also runs to show it can tell.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from testkit import sample_data
 
 pytestmark = pytest.mark.e2e
 
-OBJECTS, RECORDS, WINDOW = 96, 16, 100
+OBJECTS, RECORDS, WINDOW = 96, 48, 100
 
 
 def upload(s3_client: Any, bucket: str) -> Counter[tuple[int, int]]:
@@ -74,6 +76,6 @@ def test_the_default_mix_spreads_each_window_over_many_objects(
     windows = objects_per_window(order)
     mean = sum(windows) / len(windows)
     if mix is DELETE:
-        assert mean >= 24, f"{mean:.1f} objects per {WINDOW} records at the default mix"
+        assert mean >= 28, f"{mean:.1f} objects per {WINDOW} records at the default mix"
     else:
-        assert mean <= 16, f"{mean:.1f} objects per {WINDOW} records with mix 8"
+        assert mean <= 22, f"{mean:.1f} objects per {WINDOW} records with mix 8"
