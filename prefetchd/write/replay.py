@@ -61,13 +61,19 @@ class ReplayOrder:
                     continue
                 if not self._passed(at):
                     return None
+                if parsed.epoch > self.expected[0]:  # that epoch is over: the next one's
+                    self.expected = (parsed.epoch, 0)  # first object comes first
+                    continue
             if parsed.epoch != current and not switch(parsed.epoch):
                 return None
             if arrivals.listing[:1] != [name]:  # switch listed ready/ again
                 continue
             arrivals.listing.pop(0)
             arrivals.first_seen.pop(name, None)
-            os.rename(f"{self.layout.cache_ready}/{name}", arrivals.claimed(name))
+            try:
+                os.rename(f"{self.layout.cache_ready}/{name}", arrivals.claimed(name))
+            except FileNotFoundError:
+                continue  # a name the listing kept after this writer took it (Arrivals.list)
             self.expected = (parsed.epoch, parsed.seq + 1)
             return name
         return None
