@@ -78,6 +78,7 @@ class Mixer:
         self.large = 0  # open objects whose ``measured`` is over ``normal_hold``
         self.waiting = 0  # open objects waiting for a batch
         self._mixable: list[OpenObject] | None = None  # mixable(), until the set changes
+        self.picks_from: tuple[int, int] | None = None  # (state, count) that drew ``picks``
 
     def add(self, obj: OpenObject) -> None:
         """Open ``obj`` for mixing: read up to its first record not yet taken, unless an object
@@ -120,7 +121,30 @@ class Mixer:
         """The set of objects to choose from changed: the choices drawn ahead and the list
         of mixable objects are thrown away."""
         self.picks = b""
+        self.picks_from = None
         self._mixable = None
+
+    def order_state(self) -> dict[str, object]:
+        """The seeded state of the choices, at a commit: what ``restore_order`` needs to go
+        on as if nothing happened (with the same objects open, each at its position)."""
+        return {
+            "epoch": self.mix_epoch,
+            "state": self.mix_state,
+            "picks": list(self.picks_from) if self.picks and self.picks_from else None,
+            "at": self.pick_at,
+        }
+
+    def restore_order(self, saved: dict[str, object]) -> None:
+        """Put back what ``order_state`` saved, once the same objects are open again."""
+        epoch, state, picks, at = saved["epoch"], saved["state"], saved["picks"], saved["at"]
+        self.mix_epoch = epoch if isinstance(epoch, int) else None
+        self.mix_state = int(str(state))
+        if self.open and isinstance(picks, list) and len(picks) == 2:
+            mixable = self.mixable()
+            start, count = int(picks[0]), int(picks[1])
+            self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, start)
+            self.picks_from = (start, count)
+            self.pick_at = int(str(at))
 
     def draw(self, mixable: list[OpenObject], limit: int) -> Drawn:
         """The next frames in the drawn order, at most ``limit`` bytes, up to the first pick of
@@ -159,6 +183,7 @@ class Mixer:
         batch runs out (then the set may change and the rest would be thrown away)."""
         left = sum(len(o.frames) - o.cursor for o in mixable)
         count = min(PICKS, left + 1)
+        self.picks_from = (self.mix_state, count)
         self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, self.mix_state)
         self.pick_at = 0
 

@@ -17,9 +17,13 @@ cut. In this mode (one writer, ``config.py``):
   clock), and trainers claim shards in name order, which with one writer is the order they
   were written.
 
-A restarted writer resumes its objects where the journal says (exactly once, as ever) and then
-takes the first object in ready/: the order after a crash is complete and exactly once, but not
-the one an uninterrupted run gives.
+Each journal line (``exactly_once/journal.py``) also records the order's state at the commit:
+the next ``(epoch, seq)`` and the mixer's seeded state (``Mixer.order_state``). A restarted
+writer reopens the objects the commit had open, in the order they were opened, each at its
+journalled position, puts the choices back, and keeps the objects it had claimed after the
+commit for their turn (``pending``): so it goes on in the order an uninterrupted run gives, and
+the records from the crash on come out the same. Without that state (a journal written by a
+``fast`` run) it takes the first object in ready/: complete and exactly once, not replayed.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from prefetchd.exactly_once.markers import first_epoch_without
 from prefetchd.layout import Layout, parse_object_name
 from prefetchd.write.arrivals import Arrivals
 
@@ -40,10 +45,31 @@ class ReplayOrder:
         self.layout = layout
         self.arrivals = arrivals
         self.expected: tuple[int, int] | None = (0, 0) if fresh else None
+        self.pending: list[str] = []  # claimed before a restart, after its commit: next, in order
+
+    def state(self) -> dict[str, object]:
+        """What a commit records of the order (with the mixer's: ``Mixer.order_state``)."""
+        return {"next": list(self.expected) if self.expected is not None else None}
+
+    def resume(self, saved: dict[str, object], pending: list[str]) -> None:
+        """Go on from a commit's ``state``; ``pending`` (claimed after it) are taken first."""
+        after = saved.get("next")
+        if isinstance(after, list) and len(after) == 2:
+            self.expected = (int(after[0]), int(after[1]))
+        self.pending = sorted(pending)
 
     def claim_next(self, current: int | None, switch: Callable[[int], bool]) -> str | None:
         """Rename the next object in ``(epoch, seq)`` order into the claimed set; None while
         it has not arrived (or the writer may not move on to its epoch yet: ``switch``)."""
+        if self.pending:
+            name = self.pending[0]
+            parsed = parse_object_name(name)
+            assert parsed is not None
+            if parsed.epoch != current and not switch(parsed.epoch):
+                return None
+            self.pending.pop(0)
+            self.expected = (parsed.epoch, parsed.seq + 1)
+            return name  # already claimed
         arrivals = self.arrivals
         arrivals.list()
         fresh = False  # whether the listing was made just now
@@ -83,7 +109,10 @@ class ReplayOrder:
         after it) is next: the expected object's epoch is downloaded, so all of it that is
         left lies in ready/, and a fresh listing still starts after it."""
         assert self.expected is not None
-        if not self.layout.downloaded_marker(self.expected[0]).exists():
+        epoch = self.expected[0]
+        if epoch < first_epoch_without(self.layout.complete_marker, 0):
+            return True  # its epoch is complete (its markers may be cleaned up since)
+        if not self.layout.downloaded_marker(epoch).exists():
             return False
         self.arrivals.list(force=True)
         first = self.arrivals.listing[0] if self.arrivals.listing else None

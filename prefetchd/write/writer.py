@@ -147,12 +147,41 @@ class Writer:
         positions = self.publisher.recover()
         claimed = self.arrivals.claimed_names()
         if self.config.epochs.order == REPLAYABLE:
-            fresh = fresh and not claimed
             self.replay = ReplayOrder(self.layout, self.arrivals, fresh=fresh)
+            self.publisher.order_state = self._order_state
+            last = self.publisher.journal.last()
+            if last is None:  # nothing committed: what it had claimed comes first, in order
+                self.replay.resume({}, claimed)
+                return
+            if last.replay is not None:
+                self._resume_order(last.replay, positions, claimed)
+                return
         for name in claimed:
             self._open(name, resume_at=positions.get(name, 0))
         if claimed:
             log.info("resuming %d claimed objects after a restart", len(claimed))
+
+    def _order_state(self) -> dict[str, object]:
+        """The replayable order's state a commit records (``replay.py``)."""
+        assert self.replay is not None
+        return {**self.replay.state(), "mixer": self.mixer.order_state()}
+
+    def _resume_order(
+        self, saved: dict[str, object], positions: dict[str, int], claimed: list[str]
+    ) -> None:
+        """After a restart in the replayable order: the commit's open objects in the order they
+        were opened, at their positions, the choices as they were, and the objects claimed
+        since kept for their turn."""
+        assert self.replay is not None
+        on_disk = set(claimed)
+        for name in positions:  # the journal keeps the order they were opened in
+            if name in on_disk:
+                self._open(name, resume_at=positions[name])
+        self.replay.resume(saved, [n for n in claimed if n not in positions])
+        mixer = saved.get("mixer")
+        if isinstance(mixer, dict):
+            self.mixer.restore_order(mixer)
+        log.info("resuming the replayable order after a restart (%d objects open)", len(positions))
 
     # --- main loop ----------------------------------------------------------------------------
 
