@@ -48,8 +48,9 @@ Four subpackages, by kind:
   lean limit's downloader (``python -m bench.drivers.crt lean``); ``paced_proxy``, the paced
   network's proxy (``python -m bench.drivers.paced_proxy``).
 - ``studies/``, benchmarks of their own: ``sweep`` and ``keep_sweep`` (``--sweep``,
-  ``--keep-sweep``), ``manifest_scale`` and ``shuffle_quality`` (``python -m
-  bench.studies.manifest_scale``, ``python -m bench.studies.shuffle_quality``).
+  ``--keep-sweep``), ``manifest_scale``, ``shuffle_quality`` and ``replay`` (``python -m
+  bench.studies.manifest_scale``, ``python -m bench.studies.shuffle_quality``, ``python -m
+  bench.studies.replay``: ``epochs.order: replayable`` beside ``fast``).
 - ``profile/``, one stage measured on its own: ``writer``, ``download``, ``trainer``,
   ``startup`` (``python -m bench.profile.writer``, ...; "Profiling one stage" in
   ``docs/benchmarks.md``).

@@ -29,6 +29,8 @@ BUILTIN_FORMATS = ("tfrecord", "raw", "lines", "tar")
 CLIENTS = ("classic", "crt")
 COMPRESSIONS = ("none", "gzip")
 BAD_OBJECT_POLICIES = ("skip", "fail")  # output.on_bad_object
+FAST, REPLAYABLE = "fast", "replayable"
+ORDERS = (FAST, REPLAYABLE)  # epochs.order
 ADDRESSING_STYLES = ("auto", "path", "virtual")
 DEFAULT_MAX_RECORD_SIZE = 64 * 1024**2
 DEFAULT_PARSE_TIMEOUT = 300.0
@@ -71,6 +73,7 @@ class EpochsConfig:
     count: int | None = 1
     shuffle: bool = True
     seed: int = 0
+    order: str = "fast"  # fast | replayable (ORDERS)
 
 
 def default_client() -> str:
@@ -97,7 +100,7 @@ class OutputConfig:
     ram_budget: int = 4 * 1024**3
     writers: int = 2
     shard_size: int = 128 * 1024**2
-    mix: int = 8
+    mix: int = 64
     compression: str = "none"
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE  # larger records quarantine their object
     on_bad_object: str = "skip"  # skip: quarantine, count, exit 4 at the end | fail: exit 1
@@ -257,7 +260,22 @@ def config_from_dict(
     config = Config(**{**sections, "sharding": sharding}, path=path)
     _check_cross_fields(config)
     output = data.get("output") or {}
+    config = _fit_writers_to_order(config, explicit="writers" in output)
     return _fit_max_record_size(config, explicit="max_record_size" in output)
+
+
+def _fit_writers_to_order(config: Config, *, explicit: bool) -> Config:
+    """``epochs.order: replayable`` is written by one writer (its order must not depend on
+    which writer was quicker): ``output.writers`` is 1 unless the config says otherwise, and
+    another number there is refused."""
+    if config.epochs.order != REPLAYABLE or config.output.writers == 1:
+        return config
+    if explicit:
+        raise ConfigError(
+            f"output.writers: {config.output.writers} is not allowed with epochs.order: "
+            "replayable (one writer writes a replayable order): set output.writers: 1"
+        )
+    return replace(config, output=replace(config.output, writers=1))
 
 
 class _Spec:
@@ -437,7 +455,12 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
     ),
     "epochs": (
         EpochsConfig,
-        {"count": _Spec(_epoch_count), "shuffle": _Spec(_bool), "seed": _Spec(_int_in(0, 2**63))},
+        {
+            "count": _Spec(_epoch_count),
+            "shuffle": _Spec(_bool),
+            "seed": _Spec(_int_in(0, 2**63)),
+            "order": _Spec(_choice(*ORDERS)),
+        },
     ),
     "download": (
         DownloadConfig,

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from prefetchd.child.context import ChildContext
-from prefetchd.config import Config, config_from_dict
+from prefetchd.config import Config, OutputConfig, config_from_dict
 from prefetchd.download.checksums import records_checked
 from prefetchd.layout import Layout, key_hash, object_name
 from prefetchd.write.writer import Writer
@@ -236,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("datasets", nargs="*", metavar="DATASET", help=", ".join(DATASETS))
     parser.add_argument("--mb", type=float, default=32.0, help="MB of input per dataset")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--mix", type=int, default=8)
+    parser.add_argument(
+        "--mix", type=int, default=OutputConfig().mix, help="output.mix (default: its default)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ from pathlib import Path
 from prefetchd.atomic import write_atomic, write_new
 from prefetchd.budget import Window
 from prefetchd.child.context import ChildContext
-from prefetchd.config import Config
+from prefetchd.config import REPLAYABLE, Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
 from prefetchd.download.plan import EpochPlan
@@ -142,8 +142,22 @@ class Publisher:
         self.counters["errors"] += 1
         self.counters["objects_skipped"] += 1
         self.counters["bytes_skipped"] += job.obj.size
+        tombstone = self.config.epochs.order == REPLAYABLE
+        if tombstone:
+            self._write_tombstone(job)
         self.download_log.append(job.epoch, job.name, SKIPPED)
+        if tombstone:  # after the log line: a restart rolls a logged .part forward
+            os.rename(job.tmp, f"{self._ready_dir}/{job.name}")
         self.plan.mark_done(job)
+
+    def _write_tombstone(self, job: Job) -> None:
+        """In the replayable order a skipped object still takes its turn: an empty file with a
+        meta that says it was skipped, which the writer drops unread (write/replay.py)."""
+        meta = {"key": job.obj.key, "epoch": job.epoch, "skipped": True}
+        self.meta_written.discard(job.name)
+        write_atomic(Path(self.layout.meta_file(job.name)), json.dumps(meta).encode())
+        with open(job.tmp, "wb"):
+            pass
 
     def discard(self, job: Job) -> None:
         """Remove what a failed fetch left. Its room in the window stays reserved until the

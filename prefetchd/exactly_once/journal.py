@@ -14,8 +14,11 @@ A line::
     {"version": 1, "shard": "e0-w1-3.tfrecord" | null, "counter": 3,
      "positions": {"<obj>": <records taken>, ...}, "finished": ["<obj>", ...]}
 
-``positions`` counts the records taken from every object still open, ``finished`` names the
-objects whose last record is in this (or an earlier) shard.
+``positions`` counts the records taken from every object still open (in the order they were
+opened), ``finished`` names the objects whose last record is in this (or an earlier) shard.
+With ``epochs.order: replayable`` a line also holds ``"replay"``: the next object in order and
+the mixer's seeded state at the commit (``write/replay.py``), so a restarted writer goes on in
+the order an uninterrupted one would.
 
 Other versions: a job resumed by another release reads a journal another version wrote. A line
 without ``version`` (version 0) has the same fields. Unknown fields are ignored and a missing
@@ -61,6 +64,7 @@ class JournalEntry:
     counter: int
     positions: dict[str, int]
     finished: tuple[str, ...]
+    replay: dict[str, Any] | None = None  # epochs.order: replayable: the writer's order state
 
     def encode(self) -> bytes:
         """The one encoder: the line, newline included."""
@@ -71,6 +75,8 @@ class JournalEntry:
             "positions": self.positions,
             "finished": list(self.finished),
         }
+        if self.replay is not None:
+            entry["replay"] = self.replay
         return (json.dumps(entry) + "\n").encode()
 
     @classmethod
@@ -107,7 +113,14 @@ class JournalEntry:
                 "a commit without a valid counter, positions or finished list; "
                 "cannot resume from it"
             )
-        return cls(shard, counter, dict(positions), tuple(finished))
+        replay = raw.get("replay")
+        return cls(
+            shard,
+            counter,
+            dict(positions),
+            tuple(finished),
+            dict(replay) if isinstance(replay, dict) else None,
+        )
 
 
 class Journal:

@@ -6,6 +6,11 @@ writer), and one call (``choice.KERNEL.interleave``) copies up to ``STEP_BYTES``
 drawn order into one buffer that the shard takes in one write. Per record, no Python code runs
 on this path.
 
+Per step the bookkeeping is kept incremental, not a pass over every open object: what the
+objects hold (in total, and how many hold a large batch) is updated when an object's batch
+changes (``_measure``), and the objects to draw from (``mixable()``) are kept until that set
+changes. So a large ``output.mix`` costs no Python work per record.
+
 Memory: each open object holds its current batch (and, in the block shuffle, what it keeps
 between batches); normally at most ``normal_hold`` bytes (twice its shuffle block plus two
 input batches). While one object is holding more (a record near ``output.max_record_size``),
@@ -33,7 +38,7 @@ STEP_BYTES = 1024 * 1024  # frames copied per step: one write, one report and st
 PICKS = 16384  # choices of object drawn at once
 # Frames this large on average are written where they lie (one writev of views) instead of
 # copied into one buffer first: a Python step per frame (~0.5 us) costs less than copying
-# 16 KiB (bench.profile_writer medium, 16-128 KiB records: 5 % less writer CPU than at 64 KiB).
+# 16 KiB (bench.profile.writer medium, 16-128 KiB records: 5 % less writer CPU than at 64 KiB).
 LARGE_FRAME = 16 * 1024
 
 
@@ -45,12 +50,6 @@ class Drawn(NamedTuple):
     records: int
     stop: int
     cursors: array[int]
-
-
-def _large_frames(objects: list[OpenObject]) -> bool:
-    """Whether the current batches' frames average ``LARGE_FRAME`` bytes or more."""
-    frames = sum(len(o.frames) for o in objects)
-    return sum(len(o.frames.data) for o in objects) >= LARGE_FRAME * max(1, frames)
 
 
 class Mixer:
@@ -77,27 +76,79 @@ class Mixer:
         self.mix_state = 0  # SplitMix64 state of the choices of object
         self.picks = b""  # choices of object drawn ahead: uint32 indices into mixable()
         self.pick_at = 0
+        self.held_total = 0  # sum of the open objects' ``measured``
+        self.batch_frames = 0  # frames in the open objects' current batches ...
+        self.batch_bytes = 0  # ... and their bytes (``large_frames``)
+        self.large = 0  # open objects whose ``measured`` is over ``normal_hold``
+        self.waiting = 0  # open objects waiting for a batch
+        self._mixable: list[OpenObject] | None = None  # mixable(), until the set changes
+        self.picks_from: tuple[int, int] | None = None  # (state, count) that drew ``picks``
 
     def add(self, obj: OpenObject) -> None:
         """Open ``obj`` for mixing: read up to its first record not yet taken, unless an object
         is holding a large batch (only after a restart: the writer opens nothing else while
         one is); then it waits for its turn to read (``resume_waiting``)."""
         self.open.append(obj)
-        self.picks = b""  # the set of objects to choose from changed
+        self._changed()
         if self.holding_large():
             obj.waiting, obj.started = True, False
+            self.waiting += 1
             return
         self._start(obj)
+
+    def take_over(self, objects: list[OpenObject]) -> None:
+        """Make ``objects``, with their batches as they are, the open objects (in place of
+        any): what they hold and which wait is counted afresh."""
+        self.open, self.held_total, self.large, self.waiting = [], 0, 0, 0
+        self.batch_frames = self.batch_bytes = 0
+        for obj in objects:
+            obj.measured = obj.measured_frames = obj.measured_bytes = 0
+            self.open.append(obj)
+            self._measure(obj)
+            self.waiting += obj.waiting
+        self._changed()
 
     def mixable(self) -> list[OpenObject]:
         """The open objects of the oldest open epoch (only after a restart can open objects
         span two epochs; a shard holds one), but those waiting for a batch (``_park``)."""
+        if self._mixable is not None:
+            return self._mixable
         epoch = min(o.epoch for o in self.open)
         if epoch != self.mix_epoch:
             self.mix_epoch = epoch
             self.mix_state = mixing_rng(self.seed, epoch, self.index).getrandbits(64)
             self.picks = b""
-        return [o for o in self.open if o.epoch == epoch and not o.waiting]
+        self._mixable = [o for o in self.open if o.epoch == epoch and not o.waiting]
+        return self._mixable
+
+    def _changed(self) -> None:
+        """The set of objects to choose from changed: the choices drawn ahead and the list
+        of mixable objects are thrown away."""
+        self.picks = b""
+        self.picks_from = None
+        self._mixable = None
+
+    def order_state(self) -> dict[str, object]:
+        """The seeded state of the choices, at a commit: what ``restore_order`` needs to go
+        on as if nothing happened (with the same objects open, each at its position)."""
+        return {
+            "epoch": self.mix_epoch,
+            "state": self.mix_state,
+            "picks": list(self.picks_from) if self.picks and self.picks_from else None,
+            "at": self.pick_at,
+        }
+
+    def restore_order(self, saved: dict[str, object]) -> None:
+        """Put back what ``order_state`` saved, once the same objects are open again."""
+        epoch, state, picks, at = saved["epoch"], saved["state"], saved["picks"], saved["at"]
+        self.mix_epoch = epoch if isinstance(epoch, int) else None
+        self.mix_state = int(str(state))
+        if self.open and isinstance(picks, list) and len(picks) == 2:
+            mixable = self.mixable()
+            start, count = int(picks[0]), int(picks[1])
+            self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, start)
+            self.picks_from = (start, count)
+            self.pick_at = int(str(at))
 
     def draw(self, mixable: list[OpenObject], limit: int) -> Drawn:
         """The next frames in the drawn order, at most ``limit`` bytes, up to the first pick of
@@ -107,7 +158,7 @@ class Mixer:
         cursors = array("Q", [o.cursor for o in mixable])
         sources = [(o.frames.data, o.frames.ends) for o in mixable]
         parts: list[bytes] | list[memoryview]
-        if _large_frames(mixable):  # write them where they lie: one copy less per byte
+        if self.large_frames():  # write them where they lie: one copy less per byte
             parts, stop = twin.interleave_views(sources, cursors, self.picks, self.pick_at, limit)
         else:
             data, stop = choice.KERNEL.interleave(sources, cursors, self.picks, self.pick_at, limit)
@@ -117,17 +168,19 @@ class Mixer:
     def advance(self, mixable: list[OpenObject], drawn: Drawn) -> None:
         """Count ``drawn``'s frames as taken (they are written), then refill the objects whose
         batch ran out: at once, so an object is drained as soon as its last record is in."""
-        if drawn.records:
-            for obj, cursor in zip(mixable, drawn.cursors, strict=True):
+        used_up = []
+        for obj, cursor in zip(mixable, drawn.cursors, strict=True):
+            if cursor != obj.cursor:
                 obj.taken += cursor - obj.cursor
                 obj.cursor = cursor
+            if cursor >= len(obj.frames):
+                used_up.append(obj)
         self.pick_at = drawn.stop
-        for obj in mixable:
-            if obj.cursor >= len(obj.frames):
-                if self.may_fetch(obj):
-                    self._next_batch(obj)
-                else:
-                    self._park(obj)
+        for obj in used_up:
+            if self.may_fetch(obj):
+                self._next_batch(obj)
+            else:
+                self._park(obj)
 
     # --- a large record in a shard of its own ------------------------------------------------
 
@@ -153,37 +206,61 @@ class Mixer:
         batch runs out (then the set may change and the rest would be thrown away)."""
         left = sum(len(o.frames) - o.cursor for o in mixable)
         count = min(PICKS, left + 1)
+        self.picks_from = (self.mix_state, count)
         self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, self.mix_state)
         self.pick_at = 0
 
     # --- the memory bound: one large batch per writer -----------------------------------------
 
     def held_bytes(self) -> int:
-        """The bytes the open objects hold: their batches and what their iterators keep."""
-        return sum(o.held() for o in self.open)
+        """The bytes the open objects hold: their batches and what their iterators keep (as
+        measured after each change of batch)."""
+        return self.held_total
 
     def holding_large(self) -> bool:
         """Whether an open object holds more than ``normal_hold`` (a large record's batch)."""
-        return any(o.held() > self.normal_hold for o in self.open)
+        return self.large > 0
 
     def may_fetch(self, obj: OpenObject) -> bool:
         """Whether ``obj`` may read its next batch: only while no other open object holds more
         than ``normal_hold``. So at most one object holds a large batch at a time; with
         records well under a batch this is always true, and the mixing is as without it."""
+        return self.large - (obj.measured > self.normal_hold) == 0
+
+    def large_frames(self) -> bool:
+        """Whether the open objects' current batches' frames average ``LARGE_FRAME`` bytes or
+        more."""
+        return self.batch_bytes >= LARGE_FRAME * max(1, self.batch_frames)
+
+    def _measure(self, obj: OpenObject, *, gone: bool = False) -> None:
+        """Note what ``obj`` holds now (nothing, once ``gone``): called whenever its batch
+        changes, so ``held_bytes``, ``holding_large``, ``may_fetch`` and ``large_frames``
+        need no pass over the open objects."""
+        old, new = obj.measured, 0 if gone else obj.held()
+        obj.measured = new
         limit = self.normal_hold
-        return all(o.held() <= limit for o in self.open if o is not obj)
+        self.held_total += new - old
+        self.large += (new > limit) - (old > limit)
+        frames, data = (0, 0) if gone else (len(obj.frames), len(obj.frames.data))
+        self.batch_frames += frames - obj.measured_frames
+        self.batch_bytes += data - obj.measured_bytes
+        obj.measured_frames, obj.measured_bytes = frames, data
 
     def _park(self, obj: OpenObject) -> None:
         """Park ``obj``, whose batch is used up, until ``may_fetch``: out of the mixing, its
         used-up batch freed."""
         obj.frames, obj.cursor, obj.waiting = EMPTY, 0, True
-        self.picks = b""  # the set of objects to choose from changed
+        self.waiting += 1
+        self._measure(obj)
+        self._changed()
 
     def resume_waiting(self) -> None:
         """Give the parked objects their next batch once they may (an object reopened after a
         restart while another was holding a large batch: its first). If every object of the
         oldest epoch waits (only possible after a restart), the first goes on anyway: progress
         before the bound."""
+        if not self.waiting:
+            return
         for obj in [o for o in self.open if o.waiting]:
             if self.may_fetch(obj):
                 self._fetch(obj)
@@ -196,7 +273,8 @@ class Mixer:
 
     def _fetch(self, obj: OpenObject) -> None:
         obj.waiting = False
-        self.picks = b""  # the set of objects to choose from changed
+        self.waiting -= 1
+        self._changed()
         if obj.started:
             self._next_batch(obj)
         else:
@@ -210,6 +288,8 @@ class Mixer:
             self.reader.start(obj)
         except Exception as exc:  # any exception from parsing input quarantines that object
             self._quarantine(obj, exc)
+            return
+        self._measure(obj)
 
     def _next_batch(self, obj: OpenObject) -> None:
         """Move ``obj`` to its next batch; drain or quarantine it at its end."""
@@ -224,14 +304,21 @@ class Mixer:
             self._quarantine(obj, exc)
             return
         obj.frames, obj.cursor = frames, 0
+        self._measure(obj)
+
+    def _remove(self, obj: OpenObject) -> None:
+        self.open.remove(obj)  # by identity (OpenObject has no field-wise __eq__)
+        self._measure(obj, gone=True)
+        if obj.waiting:
+            obj.waiting = False
+            self.waiting -= 1
+        self._changed()
 
     def _drained(self, obj: OpenObject) -> None:
-        self.open.remove(obj)
-        self.picks = b""  # the set of objects to choose from changed
+        self._remove(obj)
         self.finished.append(obj)
         self.counters["objects_consumed"] += 1
 
     def _quarantine(self, obj: OpenObject, exc: Exception) -> None:
-        self.open.remove(obj)
-        self.picks = b""  # the set of objects to choose from changed
+        self._remove(obj)
         self.reader.quarantine(obj, exc)

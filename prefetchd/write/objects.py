@@ -2,8 +2,17 @@
 
 With ``epochs.shuffle``, each open object's records come in a seeded random order: uncompressed
 TFRecord objects are shuffled whole by offsets; other objects pass through a block shuffle
-(``shuffle.py``), and the blocks of all open objects together hold at most ``SHUFFLE_BYTES``
-(or 256 KiB per object).
+(``shuffle.py``) of ``shuffle_bytes(mix)`` each: ``SHUFFLE_BYTES`` shared by the open objects
+up to ``mix`` 8, 4 MiB each from there on.
+
+Many open objects mix records better (docs/tuning.md, "Shuffle quality"), so what an open
+TFRecord object holds shrinks as ``output.mix`` grows: it is read ``batch_bytes(mix)`` at a time
+(``MIX_BATCH_BYTES`` shared by all, at least ``MIN_BATCH_BYTES`` each). A block shuffle's block
+does not shrink past 4 MiB: a smaller one copies records more often (a record carried over to
+the next block is copied again) and cost the writer 20-30 % more CPU per line at ``mix`` 64
+(``bench.profile.writer lines``). Instead a writer opens no further object while its open
+objects hold ``MIX_MEMORY`` or more: with formats other than uncompressed TFRecord (about 5 MiB
+per open object) that caps the objects open at about a dozen before ``mix`` does.
 
 An object is checked before its first record is taken (``ObjectReader.start``), so a bad one
 is quarantined with none of its records in a shard; whatever a parser raises on one object
@@ -36,7 +45,7 @@ from prefetchd.write.formats import (
     shuffled_object_frames,
 )
 from prefetchd.write.formats.plugin import PluginFormat
-from prefetchd.write.frames import EMPTY, Frames
+from prefetchd.write.frames import BATCH_BYTES, EMPTY, Frames
 from prefetchd.write.quarantine import ParseTimeout, Reason, classify
 from prefetchd.write.shuffle import Holding
 
@@ -44,6 +53,25 @@ log = logging.getLogger(__name__)
 
 SHUFFLE_BYTES = 32 * 1024 * 1024
 SHUFFLE_RECORDS = 65536
+MIX_BATCH_BYTES = 8 * 1024 * 1024  # the batches of a writer's open TFRecord objects, together
+MIN_BATCH_BYTES = 128 * 1024  # ... but at least this much each
+MIX_MEMORY = 64 * 1024 * 1024  # a writer opens no other object while its open ones hold this
+
+
+def shuffle_bytes(mix: int) -> int:
+    """The block of a block shuffle (formats other than uncompressed TFRecord) with ``mix``
+    open objects: ``SHUFFLE_BYTES / mix``, at most 4 MiB from ``mix`` 8 on, at least
+    256 KiB."""
+    return max(256 * 1024, SHUFFLE_BYTES // min(mix, 8))
+
+
+def batch_bytes(mix: int) -> int:
+    """How much of an uncompressed TFRecord object is read at a time with ``mix`` open: 1 MiB
+    (``BATCH_BYTES``) up to ``mix`` 8, then ``MIX_BATCH_BYTES / mix`` down to
+    ``MIN_BATCH_BYTES`` (8 MiB per writer up to ``mix`` 64). The records' order does not
+    depend on it: the object is shuffled whole, by offsets."""
+    return min(BATCH_BYTES, max(MIN_BATCH_BYTES, MIX_BATCH_BYTES // mix))
+
 
 _REASON_COUNTER: dict[Reason, QuarantineCounter] = {
     Reason.CORRUPT: "quarantined_corrupt",
@@ -53,7 +81,7 @@ _REASON_COUNTER: dict[Reason, QuarantineCounter] = {
 }
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the mixer removes one from a list of many
 class OpenObject:
     """A claimed raw object and how many of its records are already taken."""
 
@@ -69,6 +97,9 @@ class OpenObject:
     waiting: bool = False  # its batch ran out while another object was holding a large one
     started: bool = True  # False: reopened after a restart, not yet read up to ``taken``
     meta: dict[str, object] = field(default_factory=dict)  # the downloader's meta of it
+    measured: int = 0  # ``held()`` when the mixer last looked (after it changed the batch)
+    measured_frames: int = 0  # ... and the frames and bytes of the batch then
+    measured_bytes: int = 0
 
     def held(self) -> int:
         """The bytes this object keeps in memory: its current batch and its iterator's."""
@@ -99,7 +130,7 @@ class ObjectReader:
         self.layout = layout
         self.claimed = claimed
         self.report = report  # called while a large object is checked: stay visibly alive
-        self.shuffle_bytes = max(256 * 1024, SHUFFLE_BYTES // self.config.output.mix)
+        self.shuffle_bytes = shuffle_bytes(self.config.output.mix)
         self.attempts = ParseAttempts(layout.parse_attempts_file(index))
 
     def open(self, name: str, *, resume_at: int) -> OpenObject:
@@ -180,6 +211,15 @@ class ObjectReader:
                 obj.taken = count
                 return
             obj.taken += len(frames)
+
+    def tombstone(self, name: str) -> bool:
+        """Whether the claimed ``name`` stands for an object the downloader skipped (in the
+        replayable order it publishes an empty file whose meta says so: write/replay.py)."""
+        try:
+            meta = json.loads(read_small(self.layout.meta_file(name)))
+        except (OSError, ValueError):
+            return False
+        return isinstance(meta, dict) and meta.get("skipped") is True
 
     def quarantine(self, obj: OpenObject, exc: Exception) -> None:
         """Set ``obj`` aside for good: deleted at once (so a restart cannot count it again),

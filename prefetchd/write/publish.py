@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prefetchd.budget import Interrupted, RamBudget
 from prefetchd.exactly_once.journal import Journal, JournalEntry
@@ -73,6 +75,8 @@ class Publisher:
         self.shard_size = shard_size
         self.journal = Journal(layout.journal_file(index))
         self.commit = CommitState()
+        # epochs.order: replayable: the order's state each commit records (write/replay.py)
+        self.order_state: Callable[[], dict[str, Any]] | None = None
         self.shard: ShardFile | None = None
         self.shard_epoch: int | None = None
 
@@ -131,6 +135,7 @@ class Publisher:
             counter=self.commit.counter,
             positions={o.name: o.taken for o in self.mixer.open},
             finished=tuple(o.name for o in self.mixer.finished),
+            replay=self.order_state() if self.order_state is not None else None,
         )
         if shard is not None:
             shard.finish()

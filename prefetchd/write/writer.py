@@ -19,6 +19,7 @@ import logging
 
 from prefetchd.budget import Interrupted, RamBudget, ram_chunk
 from prefetchd.child.context import ChildContext
+from prefetchd.config import REPLAYABLE
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.kernel import choice
 from prefetchd.messages.activity import Activity
@@ -31,8 +32,9 @@ from prefetchd.write.formats import (
 )
 from prefetchd.write.formats.plugin import PluginFormat, PluginHeartbeat
 from prefetchd.write.mixing import STEP_BYTES, Mixer
-from prefetchd.write.objects import ObjectReader
+from prefetchd.write.objects import MIX_MEMORY, ObjectReader, batch_bytes
 from prefetchd.write.publish import Publisher
+from prefetchd.write.replay import ReplayOrder
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,7 @@ class Writer:
             config.source.format,
             max_record_size=out.max_record_size,
             parse_timeout=config.source.parse_timeout,
+            batch_bytes=batch_bytes(out.mix),
         )
         self.budget = RamBudget(
             layout, out.ram_budget, ram_chunk(out.shard_size), self._waiting_for_ram, self._headroom
@@ -104,6 +107,7 @@ class Writer:
             ctx, self.counters, self.format, layout, index, self.arrivals.claimed, self._report
         )
         self.mixer = Mixer(self.reader, self.counters, config.epochs.seed, index)
+        self.replay: ReplayOrder | None = None  # epochs.order: replayable (set in _recover)
         self.clock = FlushClock(layout, out.mix)
         self.publisher = Publisher(
             layout,
@@ -140,12 +144,45 @@ class Writer:
     def _recover(self) -> None:
         """Roll the last commit forward (``Publisher.recover``), then reopen every object this
         writer had claimed, each after its journalled position."""
+        fresh = self.publisher.journal.last() is None
         positions = self.publisher.recover()
         claimed = self.arrivals.claimed_names()
+        if self.config.epochs.order == REPLAYABLE:
+            self.replay = ReplayOrder(self.layout, self.arrivals, fresh=fresh)
+            self.publisher.order_state = self._order_state
+            last = self.publisher.journal.last()
+            if last is None:  # nothing committed: what it had claimed comes first, in order
+                self.replay.resume({}, claimed)
+                return
+            if last.replay is not None:
+                self._resume_order(last.replay, positions, claimed)
+                return
         for name in claimed:
             self._open(name, resume_at=positions.get(name, 0))
         if claimed:
             log.info("resuming %d claimed objects after a restart", len(claimed))
+
+    def _order_state(self) -> dict[str, object]:
+        """The replayable order's state a commit records (``replay.py``)."""
+        assert self.replay is not None
+        return {**self.replay.state(), "mixer": self.mixer.order_state()}
+
+    def _resume_order(
+        self, saved: dict[str, object], positions: dict[str, int], claimed: list[str]
+    ) -> None:
+        """After a restart in the replayable order: the commit's open objects in the order they
+        were opened, at their positions, the choices as they were, and the objects claimed
+        since kept for their turn."""
+        assert self.replay is not None
+        on_disk = set(claimed)
+        for name in positions:  # the journal keeps the order they were opened in
+            if name in on_disk:
+                self._open(name, resume_at=positions[name])
+        self.replay.resume(saved, [n for n in claimed if n not in positions])
+        mixer = saved.get("mixer")
+        if isinstance(mixer, dict):
+            self.mixer.restore_order(mixer)
+        log.info("resuming the replayable order after a restart (%d objects open)", len(positions))
 
     # --- main loop ----------------------------------------------------------------------------
 
@@ -163,7 +200,8 @@ class Writer:
             self._step()
             shard = self.publisher.shard
             if shard is not None and (
-                shard.size >= self.publisher.shard_size or self.clock.trainers_starved()
+                shard.size >= self.publisher.shard_size
+                or (self.replay is None and self.clock.trainers_starved())
             ):
                 self.publisher.publish()
             self._report()
@@ -193,17 +231,30 @@ class Writer:
         self.mixer.advance(mixable, drawn)
 
     def _filling(self) -> bool:
-        """Whether to wait for more objects before drawing (``FlushClock.filling``)."""
+        """Whether to wait for more objects before drawing (``FlushClock.filling``); not once
+        the open objects hold ``MIX_MEMORY``: no other would be opened."""
         mixer = self.mixer
+        if len(mixer.open) < self.config.output.mix and mixer.held_bytes() >= MIX_MEMORY:
+            return False
+        if self.replay is not None:
+            return self._replay_filling()
         return self.clock.filling(len(mixer.open), mixer.open[0].epoch, mixer.holding_large)
 
     def _refill(self) -> None:
-        """Open objects up to ``output.mix``, but none while one is holding a large batch."""
-        mix = self.config.output.mix
-        while len(self.mixer.open) < mix and not self.mixer.holding_large():
+        """Open objects up to ``output.mix`` while they hold less than ``MIX_MEMORY``, but none
+        while one is holding a large batch."""
+        mix, mixer = self.config.output.mix, self.mixer
+        while (
+            len(mixer.open) < mix
+            and not mixer.holding_large()
+            and (not mixer.open or mixer.held_bytes() < MIX_MEMORY)
+        ):
             name = self._claim_next()
             if name is None:
                 return
+            if self.replay is not None and self.reader.tombstone(name):
+                self.reader.delete(name)  # a skipped object's turn (replay.py)
+                continue
             self._open(name, resume_at=0)
             self.clock.input_arrived()
 
@@ -213,7 +264,7 @@ class Writer:
         shard = self.publisher.shard
         if shard is not None and shard.records:
             epoch_over = self.epochs.exhausted(self.publisher.shard_epoch)
-            if epoch_over or self.clock.dried_up() or self.clock.trainers_starved():
+            if epoch_over or (self.replay is None and self._early()):
                 self.publisher.publish()
         elif self.mixer.finished:
             self.publisher.publish()
@@ -221,11 +272,31 @@ class Writer:
         self._report()
         self.arrivals.wait(0.1)
 
+    def _early(self) -> bool:
+        """Whether to publish a partial shard now: input dried up, or trainers starve."""
+        return self.clock.dried_up() or self.clock.trainers_starved()
+
     def _claim_next(self) -> str | None:
-        """Claim the next object this writer may take now (``Arrivals.claim_next``)."""
+        """Claim the next object this writer may take now (``Arrivals.claim_next``; in the
+        replayable order, ``ReplayOrder.claim_next``)."""
         open_ = self.mixer.open
         current = open_[0].epoch if open_ else self.publisher.shard_epoch
+        if self.replay is not None:
+            return self.replay.claim_next(current, self._switch)
         return self.arrivals.claim_next(current, self._switch)
+
+    def _replay_filling(self) -> bool:
+        """In the replayable order, whether to wait for the next object before drawing: until
+        ``output.mix`` are open, their files take half of ``download.window`` (the window
+        keeps room for the next), or nothing more of the epoch can come (``replay.py``)."""
+        assert self.replay is not None
+        mixer = self.mixer
+        if len(mixer.open) >= self.config.output.mix or mixer.holding_large():
+            return False
+        on_disk = sum(int(str(o.meta.get("size", 0) or 0)) for o in mixer.open)
+        if 2 * on_disk >= self.config.download.window:
+            return False
+        return not self.replay.epoch_over(mixer.open[0].epoch)
 
     def _switch(self, epoch: int) -> bool:
         """Whether to move on to an object of ``epoch``, not the one being written: only once

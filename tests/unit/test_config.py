@@ -44,6 +44,7 @@ epochs:
   count: 1                       # null = repeat forever
   shuffle: true
   seed: 0
+  order: fast                    # fast | replayable (same seed, data, hosts => same record order)
 download:
   cache_dir: /var/cache/prefetchd
   window: 16GiB                  # most bytes of raw objects on local disk at once
@@ -57,7 +58,7 @@ output:
   ram_budget: 4GiB               # most bytes of shards on the RAM disk (in progress+ready+claimed)
   writers: 2
   shard_size: 128MiB
-  mix: 8                         # raw files each writer draws records from at once
+  mix: 64                        # raw files each writer draws records from at once
   compression: none              # none | gzip
 status:
   state_dir: /var/lib/prefetchd
@@ -167,6 +168,8 @@ GOOD = [
     ("epochs", "count", None, None),
     ("epochs", "count", 10, 10),
     ("epochs", "shuffle", False, False),
+    ("epochs", "order", "fast", "fast"),
+    ("epochs", "order", "replayable", "replayable"),
     ("epochs", "seed", 0, 0),
     ("epochs", "seed", 2**63, 2**63),
     ("download", "cache_dir", "/data/cache", Path("/data/cache")),
@@ -319,6 +322,10 @@ BAD = [
     ("output", "shard_size", True),
     ("output", "mix", 0),
     ("output", "mix", 4097),
+    ("epochs", "order", "deterministic"),
+    ("epochs", "order", "Replayable"),
+    ("epochs", "order", True),
+    ("epochs", "order", None),
     ("output", "compression", "zstd"),
     ("output", "compression", "gz"),
     ("output", "compression", True),
@@ -827,3 +834,15 @@ def test_split_s3_url(url: str, expected: tuple[str, str]) -> None:
 def test_split_s3_url_rejects(url: str) -> None:
     with pytest.raises(ValueError, match="s3://bucket/prefix/"):
         split_s3_url(url)
+
+
+def test_a_replayable_order_is_written_by_one_writer() -> None:
+    """``epochs.order: replayable`` takes one writer unless the config names another number,
+    which is refused in one line naming both keys."""
+    assert config_from_dict(make(epochs={"order": "replayable"})).output.writers == 1
+    assert config_from_dict(make(epochs={"order": "fast"})).output.writers == 2
+    message = config_error(make(epochs={"order": "replayable"}, output={"writers": 2}))
+    assert "output.writers: 2" in message and "epochs.order: replayable" in message
+    assert "\n" not in message
+    one = make(epochs={"order": "replayable"}, output={"writers": 1})
+    assert config_from_dict(one).output.writers == 1

@@ -30,7 +30,9 @@ def test_a_ram_budget_without_a_ready_shard_per_writer_names_the_value_to_use() 
 
 
 def test_a_window_too_small_for_large_objects_names_the_value_to_use() -> None:
-    cfg = config(download={"window": "1GiB", "concurrency": 32, "part_size": "8MiB"})
+    cfg = config(
+        download={"window": "1GiB", "concurrency": 32, "part_size": "8MiB"}, output={"mix": 8}
+    )
     # 2 writers x 8 mix x 200 MiB held + 32 x 8 MiB in flight = 3456 MiB
     assert sizing.window_need(cfg, 200 * MiB) == 3456 * MiB
     line = sizing.window_advice(cfg, 200 * MiB)
@@ -40,7 +42,7 @@ def test_a_window_too_small_for_large_objects_names_the_value_to_use() -> None:
 
 def test_small_objects_count_whole_in_flight() -> None:
     cfg = config(download={"concurrency": 64, "part_size": "8MiB"})
-    assert sizing.window_need(cfg, MiB) == 2 * 8 * MiB + 64 * MiB
+    assert sizing.window_need(cfg, MiB) == 2 * 64 * MiB + 64 * MiB  # writers x mix + in flight
 
 
 def test_few_requests_in_flight_and_too_many_writers_are_named() -> None:

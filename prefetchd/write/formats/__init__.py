@@ -33,7 +33,7 @@ from prefetchd.write.formats.plugin import PluginFormat
 from prefetchd.write.formats.raw import RawFormat
 from prefetchd.write.formats.tar import TarFormat
 from prefetchd.write.formats.tfrecord import TFRecordFormat
-from prefetchd.write.frames import Frames, batched
+from prefetchd.write.frames import BATCH_BYTES, Frames, batched
 from prefetchd.write.shuffle import Holding, shuffled_frames
 
 __all__ = [
@@ -126,11 +126,15 @@ def get_format(
     *,
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     parse_timeout: float = DEFAULT_PARSE_TIMEOUT,
+    batch_bytes: int = BATCH_BYTES,
 ) -> Format:
     """The format named by ``source.format``, refusing records over ``max_record_size`` and
     (a plugin) giving up on an object after ``parse_timeout`` seconds; raises
-    ``ConfigError`` if a plugin won't import."""
+    ``ConfigError`` if a plugin won't import. ``tfrecord`` reads uncompressed objects
+    ``batch_bytes`` at a time (the writer makes it smaller when many objects are open)."""
     if spec in _BUILTIN:
+        if spec == "tfrecord":
+            return TFRecordFormat(max_record_size, batch_bytes)
         return _BUILTIN[spec](max_record_size)
     module_name, _, function_name = spec.partition(":")
     try:

@@ -31,15 +31,21 @@ from prefetchd.write.quarantine import RecordTooLarge
 
 
 class TFRecordFormat:
-    def __init__(self, max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> None:
+    """Uncompressed objects are indexed, then read ``batch_bytes`` of frames at a time (in file
+    order, or a seeded whole-object order); compressed ones are streamed."""
+
+    def __init__(
+        self, max_record_size: int = DEFAULT_MAX_RECORD_SIZE, batch_bytes: int = BATCH_BYTES
+    ) -> None:
         self.max_record_size = max_record_size
+        self.batch_bytes = batch_bytes
 
     def read_whole_first(self, key: str, path: str) -> bool:
         """An uncompressed object is indexed (every length checked) before its first frame,
-        and its first batch of frames (data CRCs checked) is all of it up to ``BATCH_BYTES``.
+        and its first batch of frames (data CRCs checked) is all of it up to ``batch_bytes``.
         A larger one can fail a data CRC after frames were taken (an object the store holds
         corrupt: the downloader publishes it when its MD5 ETag matches)."""
-        return compression_of(key) is None and os.path.getsize(path) <= BATCH_BYTES
+        return compression_of(key) is None and os.path.getsize(path) <= self.batch_bytes
 
     def records(self, key: str, path: str) -> Iterator[bytes]:
         limit = self.max_record_size
@@ -82,7 +88,7 @@ class TFRecordFormat:
                 start = 0
                 while start < count:
                     data, ends, start = choice.KERNEL.read_frames(
-                        fd, size, offsets, order, start, BATCH_BYTES
+                        fd, size, offsets, order, start, self.batch_bytes
                     )
                     yield Frames.of(data, ends)
             except ValueError as exc:

@@ -56,3 +56,15 @@ def test_a_journal_recovery_cannot_read_names_its_file(tmp_path: Path) -> None:
     layout.journal_file(3).write_text(json.dumps({"version": 99}) + "\n")
     with pytest.raises(JournalError, match=str(layout.journal_file(3))):
         read_heads(layout)
+
+
+def test_an_entry_keeps_the_replayable_orders_state_and_one_without_it_still_reads() -> None:
+    """``epochs.order: replayable`` commits carry ``replay`` (write/replay.py); a line without
+    it (a ``fast`` run, an older release) reads as before, with ``replay`` None."""
+    state = {"next": [1, 7], "mixer": {"epoch": 1, "state": 2**63 + 5, "picks": [9, 40], "at": 3}}
+    entry = JournalEntry("e1-w0-4.tfrecord", 5, {"a": 2, "b": 0}, ("c",), state)
+    again = JournalEntry.decode(entry.encode())
+    assert again == entry and list(again.positions) == ["a", "b"], "the order opened in"
+    plain = JournalEntry("e0-w0-1.tfrecord", 2, {"a": 1}, ())
+    assert b"replay" not in plain.encode()
+    assert JournalEntry.decode(plain.encode()).replay is None

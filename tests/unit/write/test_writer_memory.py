@@ -179,7 +179,7 @@ def test_objects_that_all_wait_go_on_anyway_one_after_another(tmp_path: Path) ->
     empty = [OpenObject(f"e{i}", "k", 0, tmp_path / "x", iter([]), waiting=True) for i in range(2)]
     small = Frames.of(*choice.KERNEL.frame_records([b"r"]))
     last = OpenObject("last", "k", 0, tmp_path / "x", iter([small]), waiting=True)
-    writer.mixer.open = [*empty, last, later]
+    writer.mixer.take_over([*empty, last, later])
     writer.mixer.resume_waiting()
     assert [o.name for o in writer.mixer.finished] == ["e0", "e1"], "drained, one after another"
     assert writer.mixer.open == [last, later] and not last.waiting and len(last.frames) == 1

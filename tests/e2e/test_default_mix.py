@@ -1,0 +1,81 @@
+"""The default ``output.mix`` mixes records across many objects, against the real daemon (moto on
+127.0.0.1, ``prefetchd.records()`` in this process).
+
+96 TFRecord objects of 48 records each, every record naming its object; 2 writers, 64 KiB shards.
+Read in the order a trainer reads, each window of 100 consecutive records holds records of how
+many objects? With the default (64 open objects per writer) most of each writer's 48 objects
+(35-40 measured; fewer in the first shards, drawn before every object is in); with ``mix: 8`` about
+8 per writer plus the objects that replace those drained within the window (10-14 measured),
+which the test also runs to show it can tell.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import prefetchd
+from prefetchd.kernel.example_encode import encode_example
+from prefetchd.kernel.framing import frame
+from testkit import sample_data
+from tests.conftest import DEFAULT_PREFIX, DELETE
+
+pytestmark = pytest.mark.e2e
+
+OBJECTS, RECORDS, WINDOW = 96, 48, 100
+
+
+def upload(s3_client: Any, bucket: str) -> Counter[tuple[int, int]]:
+    rng = random.Random(5)
+    want: Counter[tuple[int, int]] = Counter()
+    for o in range(OBJECTS):
+        body = b"".join(
+            frame(encode_example({"o": o, "j": j, "pad": rng.randbytes(900)}))
+            for j in range(RECORDS)
+        )
+        s3_client.put_object(Bucket=bucket, Key=f"{DEFAULT_PREFIX}{o:04d}.tfrecord", Body=body)
+        want.update((o, j) for j in range(RECORDS))
+    return want
+
+
+def read_all(config: Path) -> list[tuple[int, int]]:
+    out = []
+    for record in prefetchd.records(config, timeout=120):
+        example = sample_data.decode_example(bytes(record))
+        out.append((int(example["o"]), int(example["j"])))
+    return out
+
+
+def objects_per_window(order: list[tuple[int, int]]) -> list[int]:
+    return [
+        len({o for o, _ in order[i : i + WINDOW]})
+        for i in range(0, len(order) - WINDOW + 1, WINDOW)
+    ]
+
+
+@pytest.mark.parametrize("mix", [DELETE, 8], ids=["default", "mix8"])
+def test_the_default_mix_spreads_each_window_over_many_objects(
+    mix: object,
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    want = upload(s3_client, bucket)
+    config = write_config(tmp_path, epochs__count=1, output__shard_size="64KiB", output__mix=mix)
+    daemon = run_daemon(config)
+    order = read_all(config)
+    assert daemon.wait(120) == 0, daemon.output()
+    assert Counter(order) == want, "every record exactly once"
+    windows = objects_per_window(order)
+    mean = sum(windows) / len(windows)
+    if mix is DELETE:
+        assert mean >= 28, f"{mean:.1f} objects per {WINDOW} records at the default mix"
+    else:
+        assert mean <= 22, f"{mean:.1f} objects per {WINDOW} records with mix 8"
