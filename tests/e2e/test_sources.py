@@ -24,6 +24,7 @@ import pytest
 import yaml
 import zstandard
 
+from prefetchd.errors import EXIT_INCOMPLETE
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.child_report import ChildReport
 from testkit import sample_data
@@ -242,7 +243,8 @@ def test_manifest_reads_exactly_the_listed_keys(
     daemon = run_daemon(config_path)
     out = tmp_path / "c.json"
     result = finish(start_consumer(config_path, out), out)
-    assert daemon.wait(120) == 0, daemon.output()
+    # the listed keys that are not there were not delivered: the job says so (exit 4)
+    assert daemon.wait(120) == EXIT_INCOMPLETE, daemon.output()
     assert Counter(rid for _, rid in result["records"]) == expected
     log = daemon.stderr.read_text()
     assert "not-there-headed.tfrecord" in log and "not-there-sized.tfrecord" in log
