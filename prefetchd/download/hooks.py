@@ -66,7 +66,9 @@ def _needs_retry(
 
 def trouble(exc: BaseException) -> str:
     """A few words on a failure that got no answer from the store."""
-    text = f"{type(exc).__name__} {exc}".lower().replace("_", " ")
+    name = getattr(exc, "name", "")  # an awscrt error's name: AWS_IO_SOCKET_CLOSED...
+    cause = getattr(exc, "kwargs", {}).get("error", "")  # botocore's: the urllib3 error
+    text = f"{type(exc).__name__} {name} {cause} {exc}".lower().replace("_", " ")
     for words, said in (
         ("reset", "connection reset"),
         ("refused", "connection refused"),
@@ -74,8 +76,7 @@ def trouble(exc: BaseException) -> str:
         ("timed out", "timeout"),
         ("timeout", "timeout"),
         ("broken pipe", "connection closed"),
-        ("connection closed", "connection closed"),
-        ("remote end closed", "connection closed"),
+        ("closed", "connection closed"),
     ):
         if words in text:
             return said

@@ -14,6 +14,14 @@ A rule matches GET requests of objects (never listings or bucket calls, unless `
 set) whose key contains ``key``; ``ranged`` restricts it to ranged or to whole-object GETs.
 Each rule fires ``times`` times (None: for ever) and, when ``probability`` < 1, only on a
 seeded random share of the requests it matches.
+
+Three store-wide hooks, for every request (listings included), checked before the rules:
+``down`` (an outage: every request's connection is reset, TCP RST, no answer), ``refused_keys``
+(access key ids answered 403 InvalidAccessKeyId, read from the SigV4 ``Authorization``
+header's ``Credential``: moto checks no key, the proxy does) and ``max_rate`` (a store that
+answers 503 SlowDown to requests above that many a second, over a sliding second). Every
+request is recorded with its wall-clock time and the status it got (0: reset), for tests that
+compare timelines with the daemon's.
 """
 
 from __future__ import annotations
@@ -21,18 +29,20 @@ from __future__ import annotations
 import contextlib
 import http.client
 import random
+import re
 import socket
 import struct
 import sys
 import threading
 import time
 import urllib.parse
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 
-Action = Literal["error", "reset", "short", "stall", "flip"]
+Action = Literal["error", "reset", "short", "stall", "flip", "outage", "refused", "throttled"]
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
 _REASONS = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 412: "Precondition Failed"}
@@ -58,6 +68,10 @@ class Request:
     key: str
     ranged: bool
     fault: Action | None
+    at: float = field(default_factory=time.time)  # wall clock, when the request arrived
+    listing: bool = False
+    access_key: str = ""
+    status: int = 0  # the status answered; 0: reset, or not answered yet
 
 
 class FaultProxy:
@@ -71,6 +85,13 @@ class FaultProxy:
         self.served: Counter[str] = Counter()
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
+        self.down = False  # every connection reset (an outage)
+        self.refused_keys: set[str] = set()  # access key ids answered 403 InvalidAccessKeyId
+        self.max_rate: float | None = None  # requests a second above which: 503 SlowDown
+        self._recent: deque[float] = deque()  # monotonic times of requests let through
+        self.down_after: int | None = None  # go down once this many object GETs arrived
+        self.down_at = 0.0  # wall clock the outage began (``down_after``)
+        self._object_gets = 0
         self.server = _Server(("127.0.0.1", 0), _handler_for(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -116,8 +137,42 @@ class FaultProxy:
         with self.lock:
             return Counter(r.fault for r in self.requests if r.fault)
 
-    def choose(self, method: str, key: str, ranged: bool, listing: bool) -> Rule | None:
-        """The rule that fires for this request (and count it), or None."""
+    def timeline(self) -> list[Request]:
+        with self.lock:
+            return list(self.requests)
+
+    def store_wide(
+        self, method: str, key: str, ranged: bool, listing: bool, access_key: str
+    ) -> Request | None:
+        """The outage, key and rate hooks: the request recorded with its fault, or None."""
+        with self.lock:
+            fault: Action | None = None
+            now = time.monotonic()
+            if method == "GET" and not listing:
+                self._object_gets += 1
+                if self.down_after is not None and self._object_gets > self.down_after:
+                    self.down, self.down_at, self.down_after = True, time.time(), None
+            if self.down:
+                fault = "outage"
+            elif access_key in self.refused_keys:
+                fault = "refused"
+            elif self.max_rate is not None:
+                while self._recent and self._recent[0] <= now - 1.0:
+                    self._recent.popleft()
+                if len(self._recent) >= self.max_rate:
+                    fault = "throttled"
+                else:
+                    self._recent.append(now)
+            if fault is None:
+                return None
+            request = Request(method, key, ranged, fault, listing=listing, access_key=access_key)
+            self.requests.append(request)
+            return request
+
+    def choose(
+        self, method: str, key: str, ranged: bool, listing: bool, access_key: str = ""
+    ) -> tuple[Rule | None, Request]:
+        """The rule that fires for this request (and count it), or None; and its record."""
         with self.lock:
             chosen = None
             for rule in self.rules:
@@ -132,8 +187,10 @@ class FaultProxy:
                 rule.fired += 1
                 chosen = rule
                 break
-            self.requests.append(Request(method, key, ranged, chosen.action if chosen else None))
-            return chosen
+            action = chosen.action if chosen else None
+            request = Request(method, key, ranged, action, listing=listing, access_key=access_key)
+            self.requests.append(request)
+            return chosen, request
 
 
 class _Server(ThreadingHTTPServer):
@@ -179,11 +236,26 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length) if length else b""
             key, listing = _object_key(self.path)
             ranged = "Range" in self.headers
-            rule = proxy.choose(self.command, key, ranged, listing)
+            found = _CREDENTIAL.search(self.headers.get("Authorization", ""))
+            access_key = found.group(1) if found else ""
+            hooked = proxy.store_wide(self.command, key, ranged, listing, access_key)
+            if hooked is not None:
+                if hooked.fault == "outage":
+                    self._reset()
+                elif hooked.fault == "refused":
+                    hooked.status = 403
+                    self._error(403, "InvalidAccessKeyId", key)
+                else:
+                    hooked.status = 503
+                    self._error(503, "SlowDown", key)
+                return
+            rule, request = proxy.choose(self.command, key, ranged, listing, access_key)
             if rule is not None and rule.action == "error":
+                request.status = rule.status
                 self._error(rule.status, rule.code, key)
                 return
             status, reason, headers, payload = self._forward(body)
+            request.status = status if rule is None or rule.action in ("stall", "flip") else 0
             if self.command == "GET" and not listing and status in (200, 206):
                 proxy.count_served(key, len(payload))
             if rule is None or status >= 300:
@@ -213,6 +285,12 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
             else:
                 self._respond(status, reason, headers, payload)
+
+        def _reset(self) -> None:
+            """No answer: SO_LINGER 0, so closing sends a TCP RST (connection reset)."""
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()  # now, before the server's shutdown(SHUT_WR) sends a FIN
+            self.close_connection = True
 
         def _forward(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
             conn = http.client.HTTPConnection(*proxy.upstream, timeout=60)
