@@ -37,6 +37,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
@@ -91,6 +92,9 @@ class FaultProxy:
         self._recent: deque[float] = deque()  # monotonic times of requests let through
         self.down_after: int | None = None  # go down once this many object GETs arrived
         self.down_at = 0.0  # wall clock the outage began (``down_after``)
+        # (n, change): ``change(self)`` runs, under the lock, when object GET n+1 arrives
+        self.after_gets: tuple[int, Callable[[FaultProxy], None]] | None = None
+        self.changed_at = 0.0  # wall clock ``after_gets`` ran
         self._object_gets = 0
         self.server = _Server(("127.0.0.1", 0), _handler_for(self))
         self.server.daemon_threads = True
@@ -152,6 +156,10 @@ class FaultProxy:
                 self._object_gets += 1
                 if self.down_after is not None and self._object_gets > self.down_after:
                     self.down, self.down_at, self.down_after = True, time.time(), None
+                if self.after_gets is not None and self._object_gets > self.after_gets[0]:
+                    change, self.after_gets = self.after_gets[1], None
+                    change(self)
+                    self.changed_at = time.time()
             if self.down:
                 fault = "outage"
             elif access_key in self.refused_keys:
