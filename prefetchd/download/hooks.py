@@ -26,8 +26,8 @@ _RETRY_4XX = {"RequestTimeout", "TooManyRequests"}
 def observe(client: Any, signals: Signals, attempts: int) -> Any:
     """Install the hooks on ``client`` (made with ``attempts`` tries in all); returns it."""
     events = client.meta.events
-    if signals.pacer.active:
-        events.register("before-send.s3", lambda **_: signals.pacer.wait(1, 0))
+    # Always: the adaptive rate may engage later (the pacer returns at once while it is off).
+    events.register("before-send.s3", lambda **_: signals.pacer.wait(1, 0))
     events.register_first("needs-retry.s3", lambda **kw: _needs_retry(signals, attempts, **kw))
     return client
 

@@ -7,6 +7,10 @@ whenever the bucket is not in debt, and takes what it costs, so a 64 MiB object 
 seconds a bucket lets through at most ``rate x (T + 1)`` plus one request's cost. Pure: the
 clock is injected, and ``delay`` never sleeps (``wait`` does, for the classic client's
 threads; the crt client asks ``delay`` from the main loop and tries again later).
+
+The pacer also keeps the adaptive rate (``adaptive.AdaptiveLimit.rate``, set only while the
+store throttles a host already down to one request in flight), in a bucket that holds a
+single token: requests evenly spaced, no burst.
 """
 
 from __future__ import annotations
@@ -15,13 +19,21 @@ import threading
 import time
 from collections.abc import Callable
 
+from prefetchd.download.adaptive import AdaptiveLimit
+
 
 class TokenBucket:
-    """``rate`` tokens a second, at most ``rate`` (one second's worth, and at least 1) held."""
+    """``rate`` tokens a second, at most ``capacity`` (default: one second's worth, and at
+    least 1) held."""
 
-    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        rate: float,
+        clock: Callable[[], float] = time.monotonic,
+        capacity: float | None = None,
+    ) -> None:
         self.rate = rate
-        self.capacity = max(1.0, rate)
+        self.capacity = capacity if capacity is not None else max(1.0, rate)
         self._clock = clock
         self._tokens = self.capacity
         self._at = clock()
@@ -46,15 +58,23 @@ class Pacer:
         requests_per_s: float | None,
         bytes_per_s: float | None,
         clock: Callable[[], float] = time.monotonic,
+        limit: AdaptiveLimit | None = None,
     ) -> None:
         self._requests = TokenBucket(requests_per_s, clock) if requests_per_s else None
         self._bytes = TokenBucket(bytes_per_s, clock) if bytes_per_s else None
+        self._limit = limit
+        self._adaptive = TokenBucket(1.0, clock, capacity=1.0)  # rate set from the limit
         self._lock = threading.Lock()
         self.waited_s = 0.0  # time requests spent held back by the budgets (status)
 
     @property
     def active(self) -> bool:
-        return self._requests is not None or self._bytes is not None
+        """Whether a budget, or the adaptive rate, may hold a request back now."""
+        return (
+            self._requests is not None
+            or self._bytes is not None
+            or (self._limit is not None and self._limit.rate is not None)
+        )
 
     def delay(self, requests: int, nbytes: int) -> float:
         """0 if ``requests`` requests moving ``nbytes`` bytes may start now (and they are
@@ -62,9 +82,12 @@ class Pacer:
         if not self.active:
             return 0.0
         with self._lock:
-            wait = max(self._debt(self._requests), self._debt(self._bytes))
+            adaptive = self._adaptive_bucket()
+            wait = max(self._debt(self._requests), self._debt(self._bytes), self._debt(adaptive))
             if wait > 0:
                 return wait
+            if adaptive is not None:
+                adaptive.delay(requests)
             if self._requests is not None:
                 self._requests.delay(requests)
             if self._bytes is not None:
@@ -77,6 +100,14 @@ class Pacer:
             with self._lock:
                 self.waited_s += pause
             sleep(pause)
+
+    def _adaptive_bucket(self) -> TokenBucket | None:
+        rate = self._limit.rate if self._limit is not None else None
+        if rate is None:
+            return None
+        self._adaptive.delay(0)  # refill at the old rate up to now
+        self._adaptive.rate = rate
+        return self._adaptive
 
     @staticmethod
     def _debt(bucket: TokenBucket | None) -> float:

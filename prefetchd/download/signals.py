@@ -22,4 +22,5 @@ class Signals:
     @classmethod
     def of(cls, config: Config) -> Signals:
         dl = config.download
-        return cls(AdaptiveLimit(dl.concurrency), Pacer(dl.max_requests_per_s, dl.max_bytes_per_s))
+        limit = AdaptiveLimit(dl.concurrency)
+        return cls(limit, Pacer(dl.max_requests_per_s, dl.max_bytes_per_s, limit=limit))

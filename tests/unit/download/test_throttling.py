@@ -10,7 +10,7 @@ import pytest
 
 from prefetchd.config import config_from_dict
 from prefetchd.download import hooks
-from prefetchd.download.adaptive import COOLDOWN, AdaptiveLimit
+from prefetchd.download.adaptive import COOLDOWN, GROW_EVERY, AdaptiveLimit
 from prefetchd.download.health import OUTAGE_ERRORS, StoreHealth
 from prefetchd.download.pacing import Pacer, TokenBucket
 from prefetchd.download.signals import Signals
@@ -63,10 +63,15 @@ def test_throttling_halves_the_limit_once_per_cooldown_and_successes_grow_it_bac
     clock.now += COOLDOWN
     limit.throttle()
     assert limit.allowed == 4
-    for _ in range(24):  # about one more per round of `limit` successes: 4+5+6+7 and a bit
+    for _ in range(1000):  # many successes within one cooldown: one step, not a thousand
+        limit.success()
+    assert limit.allowed == 4
+    for _ in range(4):  # one step up every GROW_EVERY
+        clock.now += GROW_EVERY
         limit.success()
     assert limit.allowed == 8
-    for _ in range(10_000):
+    for _ in range(100):
+        clock.now += GROW_EVERY
         limit.success()
     assert limit.allowed == 32  # never above download.concurrency
 
@@ -160,3 +165,28 @@ def test_the_retry_hook_counts_dropped_connections_and_an_answer_ends_them() -> 
     assert outage is not None and outage.last == "connection reset"
     assert hooks._needs_retry(signals, 11, attempts=4, response=_answer(404, "NoSuchKey")) is None
     assert signals.health.outage() is None  # a 404 is an answer: the store is there
+
+
+def test_below_one_request_in_flight_the_rule_goes_on_with_a_rate_then_lifts_it() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(2, clock)
+    pacer = Pacer(None, None, clock, limit=limit)
+    limit.throttle()  # 2 -> 1
+    assert limit.allowed == 1 and limit.rate is None and not pacer.active
+    for _ in range(40):  # one request in flight still sends 40 a second
+        clock.now += 1 / 40
+        limit.throttle()
+    assert limit.rate == pytest.approx(20, rel=0.05)  # half what it sent
+    assert pacer.active
+    started = 0
+    for _ in range(1000):  # 10 s: evenly spaced at the rate, one more each GROW_EVERY
+        if pacer.delay(1, 0) == 0:
+            started += 1
+            limit.success()
+        clock.now += 0.01
+    assert 200 <= started <= 20 * 10 + 10 * 10 / GROW_EVERY / 2 + 2
+    for _ in range(200):
+        clock.now += GROW_EVERY
+        limit.success()
+    assert limit.rate is None, "lifted once back at twice what one request in flight sent"
+    assert not pacer.active and limit.allowed == 2
