@@ -286,7 +286,7 @@ class Downloader:
         if job.error is None:
             job.error = self.publisher.try_publish(job)
             if job.error is None:
-                self.retries.consecutive_faults = 0
+                self.retries.published()
                 self.publisher.note_unverified(job)
                 return
         self.publisher.discard(job)

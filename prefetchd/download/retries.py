@@ -76,6 +76,10 @@ class Retries:
         self.paused_at = 0.0  # monotonic time of the last fault that paused downloads
         self.pause_reason: str | None = None
         self.pause_kind = ""  # "store" | "denied" | "throttled" | "disk"
+        # A pause was ended by the probe since the last object published: the next one is
+        # waited out (a store whose listing answers while its GETs fail must not be asked
+        # again every second).
+        self.ended_early = False
         self.probe: Probe | None = None  # set by the downloader with its signals
         # The transfer's, once it exists: called when fresh credentials work again.
         self.refresh_credentials: Callable[[], None] = lambda: None
@@ -177,9 +181,10 @@ class Retries:
 
     def ends_early(self, now: float) -> bool:
         """While paused: probe the store (store errors, refused credentials), and end the
-        pause at once, every queued fetch due now, if it answered since the pause began."""
+        pause at once, every queued fetch due now, if it answered since the pause began - once
+        per run of faults (``ended_early``, cleared by ``published``)."""
         probe = self.probe
-        if probe is None or self.pause_kind in ("throttled", "disk"):
+        if probe is None or self.ended_early or self.pause_kind in ("throttled", "disk"):
             return False
         probe.kick(fresh=self.pause_kind == "denied")
         if probe.answered_at <= self.paused_at:
@@ -190,8 +195,14 @@ class Retries:
         else:
             log.warning("the object store answers again; downloads resume")
         self.paused_until = now
+        self.ended_early = True
         self.queue = [(min(due, now), job) for due, job in self.queue]
         return True
+
+    def published(self) -> None:
+        """An object was published: the store works, faults start counting afresh."""
+        self.consecutive_faults = 0
+        self.ended_early = False
 
     def _given_up(self, job: Job, error: BaseException) -> bool:
         """Whether ``job`` has failed more than ``download.retries`` times while the store
