@@ -199,13 +199,16 @@ class CrtTransfer:
         self._concurrency = dl.concurrency
         self._slots = Slots(dl.concurrency, self._signals.limit)
         self._provider: Any = None  # after refresh_credentials: signs every request
+        self._held_at = 0.0  # time.monotonic() the budgets began to hold the next object back
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
         # Verification and done() run here, never on a CRT event-loop thread.
         self._finisher: Finishers[_Fetch] = Finishers(FINISHERS, "crt-done")
         self._verifier = Verifier(
-            make_client(config, pool=FINISHERS), src.bucket, config.source.format
+            make_client(config, pool=FINISHERS, signals=self._signals),
+            src.bucket,
+            config.source.format,
         )
         # botocore resolves region and credentials as the classic backend does (source.profile,
         # env, config files, SSO, instance roles) and refreshes temporary credentials, which the
@@ -273,7 +276,7 @@ class CrtTransfer:
         session = store_session(self._config.source.profile, self._config.source.region)
         self._credentials = session.get_credentials()
         self._provider = self._credential_provider()
-        client = make_client(self._config, pool=FINISHERS)
+        client = make_client(self._config, pool=FINISHERS, signals=self._signals)
         self._verifier = Verifier(client, self._bucket, self._config.source.format)
 
     def shutdown(self) -> None:
@@ -293,7 +296,8 @@ class CrtTransfer:
 
     def _budget_allows(self, job: Job, timeout: float) -> bool:
         """Count ``job``'s requests (one per part) and bytes against the budgets, waiting up
-        to ``timeout`` for them; False if they would exceed them yet."""
+        to ``timeout`` for them; False if they would exceed them yet (the time until they do
+        is added to ``Pacer.waited_s``)."""
         pacer = self._signals.pacer
         if not pacer.active:
             return True
@@ -303,7 +307,14 @@ class CrtTransfer:
         if 0 < wait <= timeout:
             time.sleep(wait)
             wait = pacer.delay(requests, size)
-        return wait == 0
+        now = time.monotonic()
+        if wait > 0:
+            self._held_at = self._held_at or now
+            return False
+        if self._held_at:
+            pacer.held(now - self._held_at)
+            self._held_at = 0.0
+        return True
 
     def _slots_needed(self, job: Job) -> int:
         return slots_for(job.obj.size, self._object_part_size(job), self._concurrency)

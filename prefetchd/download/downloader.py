@@ -85,6 +85,7 @@ class Downloader:
         self.handover = Handover(
             keeper, self.counters, handoff, self.plan, self.publisher, self.active, self._handle
         )
+        self.handover.signals = self.signals
         self.admission = Admission(
             self.layout, self.window, handoff, self.active, self.retries, self._refetch
         )
@@ -128,7 +129,7 @@ class Downloader:
 
     def _list_share(self) -> ShareTable:
         share = ShareTable()
-        client = make_client(self.config, pool=8)
+        client = make_client(self.config, pool=8, signals=self.signals)
         try:
             for obj in list_share(client, self.config, listed=self._listed):
                 share.append(obj)

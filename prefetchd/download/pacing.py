@@ -101,6 +101,12 @@ class Pacer:
                 self.waited_s += pause
             sleep(pause)
 
+    def held(self, seconds: float) -> None:
+        """Count ``seconds`` a request waited for the budgets (a caller that does not sleep
+        in ``wait``)."""
+        with self._lock:
+            self.waited_s += seconds
+
     def _adaptive_bucket(self) -> TokenBucket | None:
         rate = self._limit.rate if self._limit is not None else None
         if rate is None:
