@@ -48,6 +48,7 @@ class AdaptiveLimit:
         self._clock = clock
         self._cut_at = -COOLDOWN  # the last cut
         self._changed_at = -COOLDOWN  # the last cut or step up
+        self._throttled_at = -COOLDOWN  # the last throttling answer, cut or not
         self._answers = 0  # answers since then, counted below the ceiling only
         self._lift = 0.0  # the rate is lifted once it is back at this
         self._lock = threading.Lock()
@@ -62,7 +63,7 @@ class AdaptiveLimit:
         with self._lock:
             self.throttled += 1
             self._answers += 1
-            now = self._clock()
+            now = self._throttled_at = self._clock()
             if now - self._cut_at < COOLDOWN:
                 return  # a step up just before does not hold a cut back
             if self.limit > 1:
@@ -83,8 +84,8 @@ class AdaptiveLimit:
         with self._lock:
             self._answers += 1
             now = self._clock()
-            if now - self._changed_at < GROW_EVERY:
-                return
+            if now - max(self._changed_at, self._throttled_at) < GROW_EVERY:
+                return  # judged on 2 s of answers with no throttling among them
             if self.rate is None:
                 self.limit = min(float(self.ceiling), self.limit + 1)
             elif self.rate + 1 >= self._lift:

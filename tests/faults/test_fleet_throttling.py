@@ -74,6 +74,11 @@ def test_a_fleet_behind_a_throttling_store_settles_under_its_rate_and_loses_noth
     for epoch in range(EPOCHS):
         assert delivered(results, epoch) == Counter(dataset["ids"]), f"epoch {epoch}"
 
+    # The hosts started in turn: worker 0 at once, the others after their share of the spread.
+    for host, (_, daemon) in enumerate(daemons):
+        staggered = "before listing: hosts of the job start in turn" in daemon.output(10**7)
+        assert staggered == (host > 0), f"host {host}"
+
     timeline = proxy.timeline()
     times = sorted(r.at for r in timeline)
     throttled = [r.at for r in timeline if r.fault == "throttled"]
