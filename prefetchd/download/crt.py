@@ -70,7 +70,6 @@ import logging
 import os
 import re
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -199,7 +198,6 @@ class CrtTransfer:
         self._concurrency = dl.concurrency
         self._slots = Slots(dl.concurrency, self._signals.limit)
         self._provider: Any = None  # after refresh_credentials: signs every request
-        self._held_at = 0.0  # time.monotonic() the budgets began to hold the next object back
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
@@ -295,26 +293,13 @@ class CrtTransfer:
     # --- main thread --------------------------------------------------------------------------
 
     def _budget_allows(self, job: Job, timeout: float) -> bool:
-        """Count ``job``'s requests (one per part) and bytes against the budgets, waiting up
-        to ``timeout`` for them; False if they would exceed them yet (the time until they do
-        is added to ``Pacer.waited_s``)."""
+        """Whether ``job``'s requests (one per part) and bytes fit the budgets now, waiting up
+        to ``timeout`` for them (``Pacer.admit``)."""
         pacer = self._signals.pacer
         if not pacer.active:
             return True
         size = job.obj.size
-        requests = max(1, -(-size // self._object_part_size(job)))
-        wait = pacer.delay(requests, size)
-        if 0 < wait <= timeout:
-            time.sleep(wait)
-            wait = pacer.delay(requests, size)
-        now = time.monotonic()
-        if wait > 0:
-            self._held_at = self._held_at or now
-            return False
-        if self._held_at:
-            pacer.held(now - self._held_at)
-            self._held_at = 0.0
-        return True
+        return pacer.admit(max(1, -(-size // self._object_part_size(job))), size, timeout)
 
     def _slots_needed(self, job: Job) -> int:
         return slots_for(job.obj.size, self._object_part_size(job), self._concurrency)
@@ -423,7 +408,7 @@ class CrtTransfer:
             job.error = fetch.refused  # whatever the cancelled request reports
         elif error is not None:
             job.error = store_error(error, status_code, error_body)
-        self._signal(job.error)
+        report_outcome(self._signals, job.error)
         # A body shorter than the listed size fails verification (the file's size).
         if self._finishes_inline(job):
             self._finish(fetch)
@@ -432,24 +417,6 @@ class CrtTransfer:
             self._finisher.submit(self._finish, fetch)
         except RuntimeError:  # shut down after waiting too long for this request
             self._finish(fetch)
-
-    def _signal(self, error: BaseException | None) -> None:
-        """Tell the adaptive limit and the store's health how the request ended."""
-        signals = self._signals
-        if error is None:
-            signals.health.answered()
-            signals.limit.success()
-            return
-        if is_throttling(error):
-            signals.limit.throttle()
-        if isinstance(error, botocore.exceptions.ClientError):
-            status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-            if status >= 500 and not _slowed(error):
-                signals.health.failed(f"HTTP {status}")
-            else:
-                signals.health.answered()
-        elif not _ours(error):
-            signals.health.failed(trouble(error))
 
     def _finishes_inline(self, job: Job) -> bool:
         """Whether ``job`` is finished on the event-loop thread that reported it: failed (only
@@ -526,6 +493,24 @@ def store_error(error: BaseException, status: int | None, body: bytes | None) ->
         # downloader pauses on, as when Python wrote it.
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return error
+
+
+def report_outcome(signals: Signals, error: BaseException | None) -> None:
+    """Tell the adaptive limit and the store's health how an object's request ended."""
+    if error is None:
+        signals.health.answered()
+        signals.limit.success()
+        return
+    if is_throttling(error):
+        signals.limit.throttle()
+    if isinstance(error, botocore.exceptions.ClientError):
+        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+        if status >= 500 and not _slowed(error):
+            signals.health.failed(f"HTTP {status}")
+        else:
+            signals.health.answered()
+    elif not _ours(error):
+        signals.health.failed(trouble(error))
 
 
 def _ours(error: BaseException) -> bool:

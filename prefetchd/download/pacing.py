@@ -62,10 +62,12 @@ class Pacer:
     ) -> None:
         self._requests = TokenBucket(requests_per_s, clock) if requests_per_s else None
         self._bytes = TokenBucket(bytes_per_s, clock) if bytes_per_s else None
+        self._clock = clock
         self._limit = limit
         self._adaptive = TokenBucket(1.0, clock, capacity=1.0)  # rate set from the limit
         self._lock = threading.Lock()
         self.waited_s = 0.0  # time requests spent held back by the budgets (status)
+        self._held_at = 0.0  # ``admit``: when the budgets began to hold its caller back
 
     @property
     def active(self) -> bool:
@@ -101,11 +103,24 @@ class Pacer:
                 self.waited_s += pause
             sleep(pause)
 
-    def held(self, seconds: float) -> None:
-        """Count ``seconds`` a request waited for the budgets (a caller that does not sleep
-        in ``wait``)."""
-        with self._lock:
-            self.waited_s += seconds
+    def admit(self, requests: int, nbytes: int, timeout: float) -> bool:
+        """``delay`` for a caller that must not block longer than ``timeout`` (the crt client's
+        main loop, which asks again later): True once the requests may start (and they are
+        counted); the time from the first refusal to then is added to ``waited_s``. One
+        calling thread."""
+        wait = self.delay(requests, nbytes)
+        if 0 < wait <= timeout:
+            time.sleep(wait)
+            wait = self.delay(requests, nbytes)
+        now = self._clock()
+        if wait > 0:
+            self._held_at = self._held_at or now
+            return False
+        if self._held_at:
+            with self._lock:
+                self.waited_s += now - self._held_at
+            self._held_at = 0.0
+        return True
 
     def _adaptive_bucket(self) -> TokenBucket | None:
         rate = self._limit.rate if self._limit is not None else None

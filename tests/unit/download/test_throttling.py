@@ -190,3 +190,15 @@ def test_below_one_request_in_flight_the_rule_goes_on_with_a_rate_then_lifts_it(
         limit.success()
     assert limit.rate is None, "lifted once back at twice what one request in flight sent"
     assert not pacer.active and limit.allowed == 2
+
+
+def test_admit_never_blocks_past_its_timeout_and_counts_the_time_held_back() -> None:
+    clock = Clock()
+    pacer = Pacer(1.0, None, clock)
+    assert pacer.admit(2, 0, timeout=0)  # the bucket's one token, then a debt of one
+    assert not pacer.admit(1, 0, timeout=0)
+    clock.now += 0.5
+    assert not pacer.admit(1, 0, timeout=0)
+    clock.now += 0.5
+    assert pacer.admit(1, 0, timeout=0)
+    assert pacer.waited_s == pytest.approx(1.0)
