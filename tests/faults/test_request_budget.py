@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import finish_reader, read_status, start_reader
-from faultproxy import FaultProxy
 
 from testkit.trainers import delivered
+from tests.faults.faultkit import finish_reader, read_status, start_reader
+from tests.faults.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
 

@@ -36,16 +36,17 @@ OUTAGE = StatusRecord(
 
 
 @pytest.mark.parametrize(
-    "figures",
+    "record",
     [
-        {},
-        {"consumer_wait_ratio": 0.0, "shards_ready": 5},  # trainers fed from what is ready
-        {"consumers": 0},
+        OUTAGE,
+        replace(OUTAGE, consumer_wait_ratio=0.0, shards_ready=5),  # trainers fed from ready
+        replace(OUTAGE, consumers=0),
     ],
+    ids=["as-seen", "trainers-fed", "no-trainers"],
 )
-def test_an_outage_is_the_verdict_whatever_else_the_figures_say(figures: dict[str, float]) -> None:
+def test_an_outage_is_the_verdict_whatever_else_the_figures_say(record: StatusRecord) -> None:
     for activity in (Activity.PAUSED, Activity.DOWNLOADING, None):
-        verdict = diagnose(replace(OUTAGE, **figures), activity)
+        verdict = diagnose(record, activity)
         assert verdict.verdict == "store-bound"
         assert verdict.summary == (
             "the object store is unreachable since 12:03:04: 41 errors, last: connection reset"
