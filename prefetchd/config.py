@@ -92,6 +92,8 @@ class DownloadConfig:
     part_size: int = 8 * 1024**2
     client: str = field(default_factory=default_client)
     retries: int = 10
+    max_requests_per_s: float | None = None  # per-host request budget; None = none
+    max_bytes_per_s: int | None = None  # per-host byte budget; None = none
 
 
 @dataclass(frozen=True)
@@ -324,6 +326,17 @@ def _seconds_in(lo: float, hi: float) -> Callable[[object], float]:
     return convert
 
 
+def _rate_in(lo: float, hi: float) -> Callable[[object], float]:
+    def convert(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a number of requests per second from {lo:g} to {hi:g}")
+        if not lo <= value <= hi:
+            raise ValueError(f"expected a number of requests per second from {lo:g} to {hi:g}")
+        return float(value)
+
+    return convert
+
+
 def _size_in(lo: int, hi: int) -> Callable[[object], int]:
     def convert(value: object) -> int:
         size = parse_size(value)
@@ -472,6 +485,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
             "part_size": _Spec(_size_in(64 * 1024, 5 * 1024**3)),
             "client": _Spec(_choice(*CLIENTS)),
             "retries": _Spec(_int_in(0, 100)),
+            "max_requests_per_s": _Spec(_optional(_rate_in(0.1, 1e6))),
+            "max_bytes_per_s": _Spec(_optional(_size_in(64 * 1024, 1024**4))),
         },
     ),
     "output": (

@@ -9,11 +9,13 @@ are streamed in ``CHUNK`` pieces (bounded memory) unless the hooks need each bod
 own ``Content-Length``.
 
 The hooks (``ProxyHooks``; the base does nothing) see each request before it goes upstream
-(``request``: counting it, choosing a fault for it) and each successful body after it was read
-(``served``). Two hook sets exist: ``CountingHooks`` here (``CountingProxy``: what reaches the
+(``request``: counting it, choosing a fault for it), each successful body after it was read
+(``served``) and the status each request was answered with (``answered``; 0: no answer, or one
+cut short). Two hook sets exist: ``CountingHooks`` here (``CountingProxy``: what reaches the
 store, for the benchmark's keep sweep) and the fault tests' rules
 (``tests/faults/faultproxy.py``: S3 errors, resets mid-body, short bodies, stalls, flipped
-bytes; the proxy carries a chosen ``Fault`` out).
+bytes, store outages, refused access keys, rate limits; the proxy carries a chosen ``Fault``
+out).
 
 Pacing (the benchmark's paced network, ``bench/drivers/paced_proxy.py``) is not a hook: its
 response bytes never enter Python (``splice`` from socket to socket), which an HTTP forwarder
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import re
 import socket
 import struct
 import sys
@@ -46,17 +49,20 @@ CHUNK = 1024 * 1024
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
 _REASONS = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 412: "Precondition Failed"}
 
-Action = Literal["error", "reset", "short", "stall", "flip"]
+Action = Literal["error", "reset", "short", "stall", "flip", "drop"]
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Exchange:
-    """One request as the hooks see it: a path-style S3 request ``/bucket/key?query``."""
+    """One request as the hooks see it: a path-style S3 request ``/bucket/key?query``. Each
+    request is its own exchange (compared by identity), so hooks may key state on it."""
 
     method: str
     path: str
     key: str  # the object key, unquoted; "" for a bucket call (a listing)
     ranged: bool
+    access_key: str = ""  # the access key id of the SigV4 ``Authorization`` header, if any
 
     @property
     def listing(self) -> bool:
@@ -65,14 +71,22 @@ class Exchange:
 
 class Fault(Protocol):
     """What the proxy does to an answer instead of passing it on: ``error`` answers ``status``
-    with the S3 error ``code`` without asking upstream; ``flip`` flips a byte in the middle of
+    with the S3 error ``code`` without asking upstream; ``drop`` answers nothing and resets the
+    connection (TCP RST) without asking upstream; ``flip`` flips a byte in the middle of
     the body; ``stall`` holds the body ``seconds`` after the head; ``short`` sends half the body
-    and closes; ``reset`` sends a third and resets the connection."""
+    and closes; ``reset`` sends a third and resets the connection. Read-only to the proxy."""
 
-    action: Action
-    status: int
-    code: str
-    seconds: float
+    @property
+    def action(self) -> Action: ...
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def seconds(self) -> float: ...
 
 
 class ProxyHooks:
@@ -88,6 +102,10 @@ class ProxyHooks:
     def served(self, exchange: Exchange, status: int, size: int) -> None:
         """A 2xx answer's body of ``size`` bytes was read from upstream (and, streamed, passed
         on whole)."""
+
+    def answered(self, exchange: Exchange, status: int) -> None:
+        """The request was answered with ``status``; 0: no answer (``drop``) or one cut short
+        (``short``, ``reset``). Called once per request, after ``request``."""
 
 
 class ForwardingProxy:
@@ -176,10 +194,12 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
-def _exchange(method: str, path: str, ranged: bool) -> Exchange:
+def _exchange(method: str, path: str, ranged: bool, authorization: str) -> Exchange:
     parts = urllib.parse.urlsplit(path)
     _, _, key = parts.path.lstrip("/").partition("/")
-    return Exchange(method, path, urllib.parse.unquote(key), ranged)
+    found = _CREDENTIAL.search(authorization)
+    access_key = found.group(1) if found else ""
+    return Exchange(method, path, urllib.parse.unquote(key), ranged, access_key)
 
 
 Reply = tuple[int, str, list[tuple[str, str]]]
@@ -220,19 +240,37 @@ def _handler_for(proxy: ForwardingProxy) -> type[BaseHTTPRequestHandler]:
         def _proxy(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
-            exchange = _exchange(self.command, self.path, "Range" in self.headers)
+            exchange = _exchange(
+                self.command,
+                self.path,
+                "Range" in self.headers,
+                self.headers.get("Authorization", ""),
+            )
             fault = hooks.request(exchange)
+            if fault is not None and fault.action == "drop":
+                hooks.answered(exchange, 0)
+                self._drop()
+                return
             if fault is not None and fault.action == "error":
+                hooks.answered(exchange, fault.status)
                 self._error(fault.status, fault.code, exchange.key)
                 return
             reply = self._ask(body)
             if reply is None:
+                hooks.answered(exchange, 502)
                 self.send_error(502)
                 return
             if hooks.whole_bodies:
                 self._whole(exchange, reply, fault)
             else:
+                hooks.answered(exchange, reply.status)
                 self._streamed(exchange, reply)
+
+        def _drop(self) -> None:
+            """No answer: SO_LINGER 0, so closing sends a TCP RST (connection reset)."""
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()  # now, before the server's shutdown(SHUT_WR) sends a FIN
+            self.close_connection = True
 
         def _ask(self, body: bytes | None) -> http.client.HTTPResponse | None:
             """The upstream's answer to this request, or None if the store cannot be asked."""
@@ -287,8 +325,12 @@ def _handler_for(proxy: ForwardingProxy) -> type[BaseHTTPRequestHandler]:
             if self.command == "GET" and 200 <= status < 300:
                 hooks.served(exchange, status, len(payload))
             if fault is None or status >= 300:
+                hooks.answered(exchange, status)
                 self._respond(status, reason, headers, payload)
-            elif fault.action == "flip" and payload:
+                return
+            cut = fault.action in ("short", "reset")
+            hooks.answered(exchange, 0 if cut else status)
+            if fault.action == "flip" and payload:
                 flipped = bytearray(payload)
                 flipped[len(flipped) // 2] ^= 0x40
                 self._respond(status, reason, headers, bytes(flipped))

@@ -7,6 +7,11 @@ ranged download end to end, so every object is verified after it is assembled
 (``verify.settle``: size, then MD5 ETag, TFRecord CRCs or S3 checksums, whichever covers it).
 ``download.client: crt`` selects ``crt.CrtTransfer`` instead, which keeps the same
 contract and verifies through the same ``verify.Verifier``.
+
+The client's hooks (``hooks.observe``) keep the request budget on every attempt and report
+throttling and failures to the ``Signals``; the byte budget is kept here, before each GET, and
+the adaptive limit through the slots (``slots.Slots``). ``refresh_credentials`` makes a new
+client from the credential chain resolved again, after the store refused the old ones.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,8 +28,11 @@ import urllib3.exceptions
 from prefetchd.atomic import create_exclusive
 from prefetchd.budget import split_ranges
 from prefetchd.config import Config
+from prefetchd.download.hooks import trouble
 from prefetchd.download.jobs import Done, Job
-from prefetchd.download.store import S3Client, make_client
+from prefetchd.download.signals import Signals
+from prefetchd.download.slots import Slots
+from prefetchd.download.store import S3Client, forget_credentials, make_client
 from prefetchd.download.verify import IntegrityError, SizeChanged, Verifier, settle, stored_size
 
 log = logging.getLogger(__name__)
@@ -48,12 +55,13 @@ class ClassicTransfer:
     """A bounded pool of ``get_object`` calls. ``done(job)`` is called once per job, from a
     transfer thread, with ``job.error`` set if the object could not be fetched."""
 
-    def __init__(self, config: Config, done: Done) -> None:
+    def __init__(self, config: Config, done: Done, signals: Signals | None = None) -> None:
         self._config = config
-        self._client: S3Client = make_client(config)
+        self._signals = signals or Signals.of(config)
+        self._client: S3Client = make_client(config, signals=self._signals)
         self._done = done
         n = config.download.concurrency
-        self._slots = threading.Semaphore(n)
+        self._slots = Slots(n, self._signals.limit)
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="get")
         self._part_size = config.download.part_size
         self._bucket = config.source.bucket
@@ -91,6 +99,12 @@ class ClassicTransfer:
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def refresh_credentials(self) -> None:
+        """Sign later requests with the credential chain resolved again (files re-read)."""
+        forget_credentials()
+        self._client = make_client(self._config, signals=self._signals)
+        self._verifier = Verifier(self._client, self._bucket, self._config.source.format)
+
     # --- transfer threads ---------------------------------------------------------------------
 
     def _run(self, job: Job, rng: tuple[int, int] | None) -> None:
@@ -101,7 +115,7 @@ class ClassicTransfer:
             with job.lock:
                 job.error = job.error or exc
         finally:
-            self._slots.release()
+            self._slots.release(1)
             with job.lock:
                 job.parts_left -= 1
                 last = job.parts_left == 0
@@ -117,6 +131,7 @@ class ClassicTransfer:
             start, end = rng
             args["Range"] = f"bytes={start}-{end}"
             expected = end - start + 1
+        self._signals.pacer.wait(0, expected)  # the byte budget; requests: hooks.observe
         for attempt in range(_STREAM_ATTEMPTS):
             resp = self._client.get_object(**args)
             with job.lock:
@@ -128,6 +143,7 @@ class ClassicTransfer:
                 self._stream(job, resp, start, expected)
                 return
             except _STREAM_ERRORS as exc:
+                self._signals.health.failed(trouble(exc))
                 if attempt + 1 == _STREAM_ATTEMPTS:
                     raise
                 with job.lock:

@@ -40,8 +40,19 @@ CRT settings, and why:
 - ``retry_config``: STANDARD mode (exponential backoff, retry token bucket) with
   ``download.retries`` retries, or NONE when it is 0 — the CRT's counterpart of botocore's
   "standard" mode in the classic backend. What survives it is turned into the errors
-  ``store.classify()`` knows. The longest backoff is 10 s, not the CRT's 20 s: ``cancel()``
-  does not cut a backoff short, and the supervisor gives a child 20 s to stop.
+  ``store.classify()`` knows. The longest backoff is 2 s, not the CRT's 20 s: ``cancel()``
+  does not cut a backoff short, and a request sleeping 20 s at a time waits out most of a short
+  outage after it ended (the classic client's cap is the same, ``hooks.MAX_RETRY_DELAY``); the
+  longer waits are the downloader's pause, which a probe ends once the store answers.
+
+The signals (``signals.py``): the slots keep the adaptive limit (an object takes at most
+``limit.allowed`` of them); before an object starts, its requests (one per part) and bytes are
+counted against the budgets (``Pacer.delay``: the main loop tries again later, it never sleeps
+longer than its ``timeout``); each object's outcome goes to the adaptive limit and
+``StoreHealth``. The CRT retries inside and does not report single attempts: throttling it rode
+out is not seen, only what outlived its retries, and the probe (``probe.py``) tells an outage
+while requests hang in its retries. ``refresh_credentials`` resolves the chain again and signs
+later requests with a provider made from the new credentials.
 - ``connect_timeout_ms``: 10 s, like the classic client.
 - No CRT checksum validation: ranged parts carry no checksum, and the full-object mode may add a
   HeadObject per object; ``verify.Verifier`` checks every object like the classic backend, with
@@ -76,10 +87,12 @@ from prefetchd.atomic import create_exclusive
 from prefetchd.config import Config
 from prefetchd.download.checksums import response_checksum
 from prefetchd.download.finishers import Finishers
+from prefetchd.download.hooks import trouble
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.parts import object_part_size, slots_for
+from prefetchd.download.signals import Signals
 from prefetchd.download.slots import Slots
-from prefetchd.download.store import make_client
+from prefetchd.download.store import forget_credentials, is_throttling, make_client
 from prefetchd.download.store import session as store_session
 from prefetchd.download.verify import SizeChanged, Verifier, settle, stored_size
 from prefetchd.errors import ConfigError
@@ -90,7 +103,7 @@ log = logging.getLogger(__name__)
 DEFAULT_REGION = "us-east-1"
 CONNECT_TIMEOUT_MS = 10_000
 MIN_MEMORY_LIMIT = 256 * 1024**2  # the CRT refuses less
-MAX_BACKOFF_S = 10  # a cancelled request still sits out its backoff before it reports
+MAX_BACKOFF_S = 2  # a cancelled request still sits out its backoff before it reports
 SHUTDOWN_WAIT = 15.0  # seconds for cancelled requests to report, inside the supervisor's grace
 FINISHERS = 4  # threads that verify and hand over objects: a HEAD must not hold up the rest
 # The largest object finished on an event-loop thread (``_finishes_inline``): hashing 1 MiB
@@ -102,6 +115,7 @@ _CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]{0,512})</Message>")
 # When the body names no code, the status decides, as ``store.classify()`` expects.
 _STATUS_CODES = {403: "AccessDenied", 404: "NoSuchKey", 412: "PreconditionFailed"}
+STARTED = -1  # job.next_part once its request is made
 _CRT_CODES = {
     "AWS_ERROR_S3_SLOW_DOWN": ("SlowDown", 503),
     "AWS_ERROR_S3_INTERNAL_ERROR": ("InternalError", 500),
@@ -174,20 +188,25 @@ class CrtTransfer:
     """GET_OBJECT meta requests on one ``awscrt.s3.S3Client``. ``done(job)`` is called once per
     job, from a thread of this transfer, with ``job.error`` set if the object was not fetched."""
 
-    def __init__(self, config: Config, done: Done) -> None:
+    def __init__(self, config: Config, done: Done, signals: Signals | None = None) -> None:
         src, dl = config.source, config.download
+        self._config = config
+        self._signals = signals or Signals.of(config)
         self._done = done
         self._bucket = src.bucket
         self._part_size = dl.part_size
         self._concurrency = dl.concurrency
-        self._slots = Slots(dl.concurrency)
+        self._slots = Slots(dl.concurrency, self._signals.limit)
+        self._provider: Any = None  # after refresh_credentials: signs every request
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
         # Verification and done() run here, never on a CRT event-loop thread.
         self._finisher: Finishers[_Fetch] = Finishers(FINISHERS, "crt-done")
         self._verifier = Verifier(
-            make_client(config, pool=FINISHERS), src.bucket, config.source.format
+            make_client(config, pool=FINISHERS, signals=self._signals),
+            src.bucket,
+            config.source.format,
         )
         # botocore resolves region and credentials as the classic backend does (source.profile,
         # env, config files, SSO, instance roles) and refreshes temporary credentials, which the
@@ -235,18 +254,28 @@ class CrtTransfer:
         job.fd = create_exclusive(job.tmp, readable=True)
 
     def submit_parts(self, job: Job, timeout: float) -> bool:
-        """Take ``job``'s slots as they free up, then start it; True once it is started."""
-        need = self._slots_needed(job)
-        if job.next_part > need:
-            return True  # already started
+        """Take ``job``'s slots as they free up (at most as many as the adaptive limit
+        allows), then start it once the budgets allow; True once it is started."""
+        if job.next_part == STARTED:
+            return True
+        need = min(self._slots_needed(job), max(1, self._signals.limit.allowed))
         while job.next_part < need and self._slots.acquire(timeout=timeout):
             job.next_part += 1
             timeout = 0
-        if job.next_part < need:
+        if job.next_part < need or not self._budget_allows(job, timeout):
             return False
-        job.next_part = need + 1
-        self._start(_Fetch(job, need))
+        slots, job.next_part = job.next_part, STARTED
+        self._start(_Fetch(job, slots))
         return True
+
+    def refresh_credentials(self) -> None:
+        """Sign later requests with the credential chain resolved again (files re-read)."""
+        forget_credentials()
+        session = store_session(self._config.source.profile, self._config.source.region)
+        self._credentials = session.get_credentials()
+        self._provider = self._credential_provider()
+        client = make_client(self._config, pool=FINISHERS, signals=self._signals)
+        self._verifier = Verifier(client, self._bucket, self._config.source.format)
 
     def shutdown(self) -> None:
         """Cancel what is in flight, wait for every job's done(), stop the finisher thread."""
@@ -262,6 +291,15 @@ class CrtTransfer:
         self._finisher.shutdown()
 
     # --- main thread --------------------------------------------------------------------------
+
+    def _budget_allows(self, job: Job, timeout: float) -> bool:
+        """Whether ``job``'s requests (one per part) and bytes fit the budgets now, waiting up
+        to ``timeout`` for them (``Pacer.admit``)."""
+        pacer = self._signals.pacer
+        if not pacer.active:
+            return True
+        size = job.obj.size
+        return pacer.admit(max(1, -(-size // self._object_part_size(job))), size, timeout)
 
     def _slots_needed(self, job: Job) -> int:
         return slots_for(job.obj.size, self._object_part_size(job), self._concurrency)
@@ -297,6 +335,7 @@ class CrtTransfer:
                 operation_name="GetObject",
                 request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
                 max_active_connections_override=fetch.slots,
+                credential_provider=self._provider,
                 part_size=part,
                 recv_filepath=str(job.tmp),
                 on_headers=functools.partial(self._on_headers, fetch),
@@ -369,6 +408,7 @@ class CrtTransfer:
             job.error = fetch.refused  # whatever the cancelled request reports
         elif error is not None:
             job.error = store_error(error, status_code, error_body)
+        report_outcome(self._signals, job.error)
         # A body shorter than the listed size fails verification (the file's size).
         if self._finishes_inline(job):
             self._finish(fetch)
@@ -453,6 +493,35 @@ def store_error(error: BaseException, status: int | None, body: bytes | None) ->
         # downloader pauses on, as when Python wrote it.
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return error
+
+
+def report_outcome(signals: Signals, error: BaseException | None) -> None:
+    """Tell the adaptive limit and the store's health how an object's request ended."""
+    if error is None:
+        signals.health.answered()
+        signals.limit.success()
+        return
+    if is_throttling(error):
+        signals.limit.throttle()
+    if isinstance(error, botocore.exceptions.ClientError):
+        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+        if status >= 500 and not _slowed(error):
+            signals.health.failed(f"HTTP {status}")
+        else:
+            signals.health.answered()
+    elif not _ours(error):
+        signals.health.failed(trouble(error))
+
+
+def _ours(error: BaseException) -> bool:
+    """A failure on this side, not the store's: no credentials, a full disk, a stale size."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    return isinstance(error, botocore.exceptions.NoCredentialsError | SizeChanged)
+
+
+def _slowed(error: botocore.exceptions.ClientError) -> bool:
+    return str(error.response.get("Error", {}).get("Code", "")) == "SlowDown"
 
 
 def _crt_name(error: BaseException) -> str:

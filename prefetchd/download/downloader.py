@@ -29,10 +29,13 @@ from prefetchd.download.handover import Handover
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
 from prefetchd.download.plan import EpochPlan, EpochProgress
+from prefetchd.download.probe import STALLED, Probe
 from prefetchd.download.publish import Publisher
 from prefetchd.download.restart import read_logs, roll_forward, sweep_metas
 from prefetchd.download.retries import Retries
 from prefetchd.download.share import ShareTable
+from prefetchd.download.signals import Signals
+from prefetchd.download.stagger import start_delay
 from prefetchd.download.store import boot_failure, list_share, make_client
 from prefetchd.download.transfer import Transfer, make_transfer
 from prefetchd.errors import RuntimeFailure
@@ -77,9 +80,13 @@ class Downloader:
         )
         self._transfer_done = self.publisher.transfer_done  # called on the transfer's threads
         self.retries = Retries(ctx, self.counters, self.window, self.publisher)
+        self.signals = Signals.of(config)
+        self.probe = self.retries.probe = Probe(config, self.signals)
+        self._handled_at = 0.0  # time.monotonic() a job last settled (a stall wakes the probe)
         self.handover = Handover(
             keeper, self.counters, handoff, self.plan, self.publisher, self.active, self._handle
         )
+        self.handover.signals = self.signals
         self.admission = Admission(
             self.layout, self.window, handoff, self.active, self.retries, self._refetch
         )
@@ -87,6 +94,7 @@ class Downloader:
     # --- boot ---------------------------------------------------------------------------------
 
     def run(self) -> None:
+        self._stagger()
         self.plan.share = self._list_share()
         self.handover.choose(self.plan.share)
         # Watch before the start-up sweep: a writer that deletes an object while we sweep (its
@@ -97,7 +105,8 @@ class Downloader:
         ):
             self.admission.watch(deletions, vanished)
             self._recover()
-            self.transfer = make_transfer(self.config, self._transfer_done)
+            self.transfer = make_transfer(self.config, self._transfer_done, self.signals)
+            self.retries.refresh_credentials = self.transfer.refresh_credentials
             self.ctx.settled()
             try:
                 self._loop()
@@ -108,10 +117,21 @@ class Downloader:
                 self.download_log.close_all()
         self.ctx.report(force=True)
 
+    def _stagger(self) -> None:
+        """Wait this host's turn in a fleet's start (``stagger.py``), reporting meanwhile."""
+        delay = start_delay(self.config)
+        if delay <= 0:
+            return
+        log.info("waiting %.1fs before listing: hosts of the job start in turn", delay)
+        deadline = time.monotonic() + delay
+        while not self.ctx.should_stop() and time.monotonic() < deadline:
+            self.ctx.report()
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
     def _list_share(self) -> ShareTable:
         share = ShareTable()
         oversized = Oversized(self.config)
-        client = make_client(self.config, pool=8)
+        client = make_client(self.config, pool=8, signals=self.signals)
         try:
             for obj in list_share(client, self.config, listed=self._listed):
                 share.append(obj)
@@ -181,6 +201,8 @@ class Downloader:
             now = time.monotonic()
             if now >= admission.deletions_due:
                 admission.apply_deletions(timeout=0)
+            if self.active and now - self._handled_at >= STALLED:
+                self.probe.kick()  # nothing settled for a while: does the store answer?
             if current is None:
                 current = retries.next_due(now)
             if current is None and not exhausted:
@@ -194,7 +216,7 @@ class Downloader:
                     continue
                 self._wait(0.05)
                 continue
-            if now < retries.paused_until:
+            if now < retries.paused_until and not retries.ends_early(now):
                 self.counters["activity"] = Activity.PAUSED
                 self.counters["activity_detail"] = retries.pause_reason
                 self._wait(0.1)
@@ -234,6 +256,7 @@ class Downloader:
         if not self.ctx.report_due():
             return  # the loop calls this per step; the figures are only needed when published
         self.counters["window_bytes"] = self.window.used
+        self._report_signals()
         if self.handover.keeper is not None:
             self.handover.keeper.save()
         retrying = (job for _, job in self.retries.queue)
@@ -241,6 +264,18 @@ class Downloader:
             job.obj.size for job in (*self.active.values(), *retrying)
         )
         self.ctx.report()
+
+    def _report_signals(self) -> None:
+        """The adaptive limit, the budgets and the store's health, as status shows them."""
+        signals, counters = self.signals, self.counters
+        counters["concurrency_limit"] = signals.limit.allowed
+        counters["throttled"] = signals.limit.throttled
+        counters["budget_wait_s"] = round(signals.pacer.waited_s, 3)
+        outage = signals.health.outage()
+        counters["store_unreachable_since"] = outage.since if outage else None
+        counters["store_errors"] = outage.errors if outage else 0
+        counters["store_last_error"] = outage.last if outage else None
+        counters["store_outages"] = signals.health.outages
 
     def _drain_results(self) -> None:
         results = self.publisher.results
@@ -254,12 +289,13 @@ class Downloader:
     def _handle(self, job: Job) -> None:
         """A job the transfer settled: publish it, or clean up and fetch it again or skip it."""
         self.active.pop(job.name, None)
+        self._handled_at = time.monotonic()
         self.counters["retries"] += job.retries
         self.counters["verify_requests"] += job.lookups
         if job.error is None:
             job.error = self.publisher.try_publish(job)
             if job.error is None:
-                self.retries.consecutive_faults = 0
+                self.retries.published()
                 self.publisher.note_unverified(job)
                 return
         self.publisher.discard(job)
@@ -318,4 +354,11 @@ def new_counters(window_limit: int) -> DownloaderCounters:
         keep_stopped=0,
         activity=Activity.LISTING,
         activity_detail=None,
+        concurrency_limit=0,
+        throttled=0,
+        budget_wait_s=0.0,
+        store_unreachable_since=None,
+        store_errors=0,
+        store_last_error=None,
+        store_outages=0,
     )

@@ -16,6 +16,7 @@ from prefetchd.download.keeper import Keeper
 from prefetchd.download.plan import EpochPlan
 from prefetchd.download.publish import Publisher
 from prefetchd.download.share import ShareTable
+from prefetchd.download.signals import Signals
 from prefetchd.download.store import list_share, make_client
 from prefetchd.exactly_once.download_log import PUBLISHED
 from prefetchd.layout import object_digest
@@ -48,6 +49,7 @@ class Handover:
         self.publisher = publisher
         self.active = active
         self.handle = handle  # the loop's handling of a settled job
+        self.signals: Signals | None = None  # the downloader's: the listing keeps the budgets
 
     def choose(self, share: ShareTable) -> None:
         """Choose what to keep; with ``download.keep: 0``, drop what an earlier run kept."""
@@ -60,7 +62,7 @@ class Handover:
         if keeper is None or not keeper.store.entries:
             return
         config = self.publisher.config
-        client = make_client(config, pool=8)
+        client = make_client(config, pool=8, signals=self.signals)
         # Nothing is scheduled until the listing ends: status says so meanwhile, then shows
         # what the loop was doing (serving kept copies sets no activity of its own).
         previous, self.counters["activity"] = self.counters["activity"], Activity.LISTING

@@ -5,6 +5,15 @@ size at its real size; a fault retrying may fix (throttling, 5xx, a full cache d
 down for everyone) pauses every download with a growing backoff; an object that cannot be
 fetched (deleted, overwritten, forbidden while the bucket lists) or that keeps failing while
 the store serves others is skipped for the epoch.
+
+A pause for store errors or refused credentials ends early once the probe (``probe.py``) gets
+an answer: after an outage of any length downloads resume within about a second of the store
+answering again, not at the end of a backoff that grew for minutes. Refused credentials
+(ExpiredToken, InvalidAccessKeyId, SignatureDoesNotMatch...) are resolved again for every probe
+(files re-read); once the store takes them the transfer signs with them
+(``refresh_credentials``) and downloads resume, nothing skipped. A pause for throttling is not
+probed (the store answers, and asked for less) and a full cache disk has nothing to ask the
+store.
 """
 
 from __future__ import annotations
@@ -12,12 +21,14 @@ from __future__ import annotations
 import errno
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from prefetchd.budget import Window
 from prefetchd.child.context import ChildContext
 from prefetchd.config import Config
 from prefetchd.download.jobs import Job
+from prefetchd.download.probe import Probe
 from prefetchd.download.publish import Publisher
 from prefetchd.download.store import (
     Fault,
@@ -62,7 +73,16 @@ class Retries:
         self.consecutive_faults = 0  # reset by every object published
         self.faults_since = 0.0  # monotonic time of the first of the consecutive faults
         self.paused_until = 0.0
+        self.paused_at = 0.0  # monotonic time of the last fault that paused downloads
         self.pause_reason: str | None = None
+        self.pause_kind = ""  # "store" | "denied" | "throttled" | "disk"
+        # A pause was ended by the probe since the last object published: the next one is
+        # waited out (a store whose listing answers while its GETs fail must not be asked
+        # again every second).
+        self.ended_early = False
+        self.probe: Probe | None = None  # set by the downloader with its signals
+        # The transfer's, once it exists: called when fresh credentials work again.
+        self.refresh_credentials: Callable[[], None] = lambda: None
         self._probe_client: S3Client | None = None
         self._probed: tuple[float, bool] = (-PROBE_INTERVAL, False)  # (when, readable)
 
@@ -140,17 +160,49 @@ class Retries:
         self.consecutive_faults += 1
         delay = min(BACKOFF_MAX, 2.0 ** min(self.consecutive_faults, 6))
         reason = "access denied" if fault is Fault.DENIED else "store errors"
+        self.pause_kind = "denied" if fault is Fault.DENIED else "store"
+        if fault is Fault.DENIED:
+            reason = "access denied, waiting for valid credentials"
+        elif is_throttling(error):
+            self.pause_kind = "throttled"
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
             reason = f"download.cache_dir {self.ctx.layout.cache} is full"
+            self.pause_kind = "disk"
         elif now - self.faults_since >= UNREACHABLE_AFTER:
             reason = f"store unreachable for {now - self.faults_since:.0f}s, {reason}"
         self.pause_reason = f"{reason} ({describe(error)}), retrying in {delay:.0f}s"
         self.paused_until = now + delay
+        self.paused_at = now
         key = escape_key(job.obj.key)
         log.warning("%s: %s; pausing downloads for %.0fs", key, describe(error), delay)
         self.ctx.error(job.obj.key, describe(error))
         self.counters["retries"] += 1
         self.retry(job, delay=delay, count_attempt=False)
+
+    def ends_early(self, now: float) -> bool:
+        """While paused: probe the store (store errors, refused credentials), and end the
+        pause at once, every queued fetch due now, if it answered since the pause began - once
+        per run of faults (``ended_early``, cleared by ``published``)."""
+        probe = self.probe
+        if probe is None or self.ended_early or self.pause_kind in ("throttled", "disk"):
+            return False
+        probe.kick(fresh=self.pause_kind == "denied")
+        if probe.answered_at <= self.paused_at:
+            return False
+        if self.pause_kind == "denied":
+            self.refresh_credentials()
+            log.warning("the store takes the credentials resolved again; downloads resume")
+        else:
+            log.warning("the object store answers again; downloads resume")
+        self.paused_until = now
+        self.ended_early = True
+        self.queue = [(min(due, now), job) for due, job in self.queue]
+        return True
+
+    def published(self) -> None:
+        """An object was published: the store works, faults start counting afresh."""
+        self.consecutive_faults = 0
+        self.ended_early = False
 
     def _given_up(self, job: Job, error: BaseException) -> bool:
         """Whether ``job`` has failed more than ``download.retries`` times while the store

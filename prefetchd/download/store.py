@@ -23,8 +23,10 @@ import botocore.exceptions
 import botocore.session
 
 from prefetchd.config import Config, split_s3_url
+from prefetchd.download.hooks import observe
 from prefetchd.download.listing import list_objects
 from prefetchd.download.order import SourceObject, in_share, matcher
+from prefetchd.download.signals import Signals
 from prefetchd.errors import RuntimeFailure
 from prefetchd.logs import escape_key, redact
 
@@ -58,6 +60,14 @@ def session(profile: str | None, region: str | None) -> botocore.session.Session
     return _session(profile, region, env)
 
 
+def forget_credentials() -> None:
+    """Make the next ``session()`` resolve the credential chain again, re-reading its files
+    (``~/.aws/credentials`` or ``AWS_SHARED_CREDENTIALS_FILE``, ``~/.aws/config``, a web
+    identity token file): the store refused the credentials a session holds (rotated by a
+    sidecar, expired). Costs the next client a new session (~110 ms of CPU)."""
+    _session.cache_clear()
+
+
 @functools.lru_cache(maxsize=4)
 def _session(profile: str | None, region: str | None, env: bytes) -> botocore.session.Session:
     # What boto3.session.Session(profile_name=, region_name=) sets on its botocore session.
@@ -68,11 +78,23 @@ def _session(profile: str | None, region: str | None, env: bytes) -> botocore.se
 
 
 def make_client(
-    config: Config, *, pool: int | None = None, attempts: int | None = None, timeout: float = 60
+    config: Config,
+    *,
+    pool: int | None = None,
+    attempts: int | None = None,
+    timeout: float = 60,
+    signals: Signals | None = None,
 ) -> S3Client:
     """An S3 client with botocore's "standard" retries (``attempts`` tries in all, default
     ``download.retries`` + 1), ``pool`` connections (default ``download.concurrency`` + 4)
-    and ``timeout`` seconds to wait for a response."""
+    and ``timeout`` seconds to wait for a response; with ``signals``, its requests keep the
+    host's budgets and report to them (``hooks.observe``)."""
+    attempts = attempts or config.download.retries + 1
+    client = _new_client(config, pool, attempts, timeout)
+    return client if signals is None else observe(client, signals, attempts)
+
+
+def _new_client(config: Config, pool: int | None, attempts: int, timeout: float) -> S3Client:
     src = config.source
     return session(src.profile, src.region).create_client(
         "s3",
@@ -80,7 +102,7 @@ def make_client(
         config=botocore.config.Config(
             retries={
                 "mode": "standard",
-                "total_max_attempts": attempts or config.download.retries + 1,
+                "total_max_attempts": attempts,
             },
             max_pool_connections=pool or config.download.concurrency + 4,
             connect_timeout=min(10, timeout),

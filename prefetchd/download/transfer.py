@@ -9,6 +9,7 @@ from typing import Protocol
 
 from prefetchd.config import Config
 from prefetchd.download.jobs import Done, Job
+from prefetchd.download.signals import Signals
 from prefetchd.errors import ConfigError
 
 
@@ -23,13 +24,15 @@ class Transfer(Protocol):
 
     def shutdown(self) -> None: ...
 
+    def refresh_credentials(self) -> None: ...
 
-def make_transfer(config: Config, done: Done) -> Transfer:
+
+def make_transfer(config: Config, done: Done, signals: Signals | None = None) -> Transfer:
     """The backend ``download.client`` names; raises ``ConfigError`` if it is not installed."""
     if config.download.client != "crt":
         from prefetchd.download.classic import ClassicTransfer
 
-        return ClassicTransfer(config, done)
+        return ClassicTransfer(config, done, signals)
     try:  # imported here so the classic path never loads awscrt
         from prefetchd.download.crt import CrtTransfer
     except ImportError as exc:
@@ -38,4 +41,4 @@ def make_transfer(config: Config, done: Done) -> Transfer:
         raise ConfigError(
             "download.client: 'crt' needs the crt extra: pip install 'prefetchd[crt]'"
         ) from None
-    return CrtTransfer(config, done)
+    return CrtTransfer(config, done, signals)

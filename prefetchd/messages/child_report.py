@@ -81,6 +81,11 @@ class ChildReport:
     window_fetching_bytes: int = 0
     window_limit: int = 0
     objects_listed: int = 0
+    concurrency_limit: int = 0
+    budget_wait_s: float = 0.0
+    store_unreachable_since: float | None = None
+    store_errors: int = 0
+    store_last_error: str | None = None
     keep_bytes: int = 0
     ram_wait_s: float = 0.0
     objects_open: int = 0

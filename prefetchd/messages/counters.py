@@ -48,6 +48,13 @@ class DownloaderCounters(TypedDict):
     keep_stopped: int
     activity: Activity
     activity_detail: str | None  # with PAUSED: the reason and the retry delay
+    concurrency_limit: int  # requests allowed in flight now (adaptive, <= download.concurrency)
+    throttled: int  # throttling answers (503 SlowDown, 429, 503) seen
+    budget_wait_s: float  # seconds requests were held back by the request and byte budgets
+    store_unreachable_since: float | None  # wall-clock start of an outage going on, or None
+    store_errors: int  # failures in a row of that outage
+    store_last_error: str | None  # the last of them, in a few words ("connection reset")
+    store_outages: int  # outages seen since the downloader started
 
 
 class WriterCounters(TypedDict):
@@ -106,6 +113,8 @@ class Counts:
     objects_consumed: int = 0
     retries: int = 0
     errors: int = 0
+    throttled: int = 0
+    store_outages: int = 0
     objects_quarantined: int = 0
     bytes_quarantined: int = 0
     bytes_skipped: int = 0

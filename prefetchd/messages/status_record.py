@@ -125,6 +125,14 @@ class StatusRecord:
     window_bytes: int = 0
     window_fetching_bytes: int = 0
     window_limit: int = 0
+    concurrency_limit: int = 0  # requests allowed in flight now (adaptive)
+    concurrency: int = 0  # download.concurrency, the most it grows back to
+    max_requests_per_s: float | None = None  # download.max_requests_per_s
+    max_bytes_per_s: int | None = None  # download.max_bytes_per_s
+    budget_wait_s: float = 0.0  # seconds requests were held back by those budgets
+    store_unreachable_since: float | None = None  # wall clock; null while the store answers
+    store_errors: int = 0  # failures in a row of that outage
+    store_last_error: str | None = None
     keep_bytes: int = 0
     keep_limit: int = 0
     keep_hit_ratio: float | None = None

@@ -3,6 +3,11 @@
 It reads figures of the status record (``docs/status.md``), all over the last 10 s, and the
 downloader's ``Activity`` as the downloader reported it:
 
+- first of all, an outage: the downloader saw nothing but failures from the store (refused or
+  reset connections, timeouts, 5xx) since ``store_unreachable_since`` -> ``store-bound``,
+  "the object store is unreachable since 12:03:04: N errors, last: connection reset", whatever
+  the trainers, writers and RAM look like (they only wait for it); the next answer from the
+  store clears it, so the verdict is back to normal at the next status record;
 - ``consumer_wait_ratio``: the share of their time trainers spent inside ``ready_files()``
   waiting for a shard. Below ``STARVED`` the trainers are the slow part: all is well.
 - otherwise the stage that holds the others back, checked in this order:
@@ -25,6 +30,8 @@ says so, with the objects listed so far.
 """
 
 from __future__ import annotations
+
+import time
 
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.status_record import VERDICTS, StatusRecord, Verdict
@@ -52,8 +59,29 @@ def _listing(status: StatusRecord) -> str:
     return f"the downloader is listing the source, {status.objects_listed} objects so far"
 
 
+def outage_summary(status: StatusRecord) -> str | None:
+    """ "the object store is unreachable since 12:03:04: N errors, last: ..." or None."""
+    since = status.store_unreachable_since
+    if since is None:
+        return None
+    clock = time.strftime("%H:%M:%S", time.localtime(since))
+    last = f", last: {status.store_last_error}" if status.store_last_error else ""
+    return f"the object store is unreachable since {clock}: {status.store_errors} errors{last}"
+
+
 def diagnose(status: StatusRecord, activity: Activity | None) -> Verdict:
     """The verdict for one status record and the downloader's ``activity``; never raises."""
+    outage = outage_summary(status)
+    if outage is not None and status.state in ("starting", "running", "draining"):
+        return Verdict(
+            "store-bound",
+            outage,
+            [
+                f"downloader {status.download_activity or 'waiting for the store'}",
+                f"trainers waited for shards {_pct(status.consumer_wait_ratio)} of the last 10 s",
+                f"retries {status.counts.retries}",
+            ],
+        )
     if status.state != "running":
         summary = f"the daemon is {status.state or 'not running'}"
         if status.state == "starting" and activity is Activity.LISTING:

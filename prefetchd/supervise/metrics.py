@@ -79,6 +79,42 @@ METRICS = (
     Figure("prefetchd_shards_written", "counter", "shards_written", "Shards published"),
     Figure("prefetchd_written_bytes", "counter", "bytes_written", "Bytes of shards published"),
     Figure("prefetchd_retries", "counter", "retries", "Requests retried"),
+    Figure(
+        "prefetchd_throttled",
+        "counter",
+        "throttled",
+        "Throttling answers from the store (503 SlowDown, 429, 503)",
+    ),
+    Figure(
+        "prefetchd_store_outages",
+        "counter",
+        "store_outages",
+        "Outages of the object store seen (failures in a row, no answer)",
+    ),
+    Figure(
+        "prefetchd_store_unreachable_since_seconds",
+        "gauge",
+        "store_unreachable_since",
+        "Unix time the current outage of the object store began (absent while it answers)",
+    ),
+    Figure(
+        "prefetchd_store_errors",
+        "gauge",
+        "store_errors",
+        "Failures in a row of the current outage (0 while the store answers)",
+    ),
+    Figure(
+        "prefetchd_concurrency_limit",
+        "gauge",
+        "concurrency_limit",
+        "Requests allowed in flight now (adaptive, at most download.concurrency)",
+    ),
+    Figure(
+        "prefetchd_budget_wait_seconds",
+        "counter",
+        "budget_wait_s",
+        "Seconds requests were held back by download.max_requests_per_s / max_bytes_per_s",
+    ),
     Figure("prefetchd_errors", "counter", "errors", "Objects skipped or quarantined"),
     Figure(
         "prefetchd_objects_quarantined",
@@ -164,6 +200,7 @@ LABELLED = (
     ("prefetchd_child_healthy", "gauge", "1 while the child runs and reports", "child"),
     ("prefetchd_child_restarts", "counter", "Restarts of the child process", "child"),
     ("prefetchd_quarantined", "counter", "Objects quarantined, by reason", "reason"),
+    ("prefetchd_store_unreachable", "gauge", "1 while the object store is unreachable", ""),
 )
 
 
@@ -212,6 +249,8 @@ class StatusCollector(Collector):
         for reason, count in quarantined_by_reason(status.counts).items():
             quarantined.add_metric([reason], float(count))
         yield quarantined
+        down = status.store_unreachable_since is not None
+        yield GaugeMetricFamily("prefetchd_store_unreachable", LABELLED[6][2], value=float(down))
 
 
 class MetricsServer:

@@ -338,6 +338,26 @@ def _budgets(s: StatusRecord) -> list[str]:
         f"  RAM disk      {_bar(s.ram_bytes, s.ram_budget)}"
         f"  {format_size(s.ram_bytes)} of {format_size(s.ram_budget)}",
         f"  shards        {s.shards_ready} ready, {s.shards_claimed} being read",
+        *_requests(s),
+    ]
+
+
+def _requests(s: StatusRecord) -> list[str]:
+    """Requests in flight allowed now (adaptive), throttling seen, the budgets."""
+    if not s.concurrency:
+        return []  # a record from before these figures
+    budgets = []
+    if s.max_requests_per_s:
+        budgets.append(f"{s.max_requests_per_s:g} requests/s")
+    if s.max_bytes_per_s:
+        budgets.append(f"{format_size(s.max_bytes_per_s)}/s")
+    budget = (
+        f"; budget {', '.join(budgets)}, held back {_duration(s.budget_wait_s)}" if budgets else ""
+    )
+    limit = s.concurrency_limit or s.concurrency
+    return [
+        f"  requests      {limit} of {s.concurrency} in flight allowed, "
+        f"{s.counts.throttled} throttled{budget}"
     ]
 
 

@@ -354,9 +354,8 @@ def test_multipart_object_corrupt_on_every_fetch_is_skipped_after_three_not_loop
         tmp_path, write_config, run_daemon, proxy, trainer=start_tf_trainer, **RAW_MULTIPART_CONFIG
     )
     result = finish_reader(trainer, out)
-    assert daemon.wait(120) == EXIT_INCOMPLETE, (
-        daemon.output()
-    )  # one object skipped: not a clean end
+    # one object skipped: the job does not end like a clean one
+    assert daemon.wait(120) == EXIT_INCOMPLETE, daemon.output()
 
     healthy = Counter({r: n for r, n in expected.items() if not r.startswith(key)})
     assert delivered([result]) == healthy
@@ -393,9 +392,8 @@ def test_object_gone_or_changed_after_listing_is_skipped_counted_and_logged_once
     proxy.add(Rule("error", key=victim, status=status_code, code=code, times=None))
     config, daemon, (reader, out) = run_epoch(tmp_path, write_config, run_daemon, proxy)
     result = finish_reader(reader, out)
-    assert daemon.wait(120) == EXIT_INCOMPLETE, (
-        daemon.output()
-    )  # one object skipped: not a clean end
+    # one object skipped: the job does not end like a clean one
+    assert daemon.wait(120) == EXIT_INCOMPLETE, daemon.output()
 
     expected = Counter(dataset["ids"]) - Counter(lost)
     assert delivered([result]) == expected, "healthy records lost or doubled"

@@ -846,3 +846,27 @@ def test_a_replayable_order_is_written_by_one_writer() -> None:
     assert "\n" not in message
     one = make(epochs={"order": "replayable"}, output={"writers": 1})
     assert config_from_dict(one).output.writers == 1
+
+
+def test_request_and_byte_budgets_default_to_none_and_take_rates_and_sizes() -> None:
+    default = config_from_dict(make())
+    assert default.download.max_requests_per_s is None
+    assert default.download.max_bytes_per_s is None
+    set_ = config_from_dict(make(download={"max_requests_per_s": 250, "max_bytes_per_s": "200MiB"}))
+    assert set_.download.max_requests_per_s == 250.0
+    assert set_.download.max_bytes_per_s == 200 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("max_requests_per_s", 0, "requests per second from 0.1 to"),
+        ("max_requests_per_s", "fast", "requests per second from 0.1 to"),
+        ("max_requests_per_s", True, "requests per second from 0.1 to"),
+        ("max_bytes_per_s", "1KiB", "a size from 64.0 KiB"),
+        ("max_bytes_per_s", "lots", ""),
+    ],
+)
+def test_bad_budgets_are_one_line_naming_the_key(key: str, value: object, allowed: str) -> None:
+    message = config_error(make(download={key: value}))
+    assert message.startswith(f"download.{key}: ") and allowed in message

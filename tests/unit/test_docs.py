@@ -271,6 +271,7 @@ FOREIGN_CLASSES = {
     # S3 error codes and request fields
     "AccessDenied", "ExpiredToken", "InvalidAccessKeyId", "RequestTimeout", "InvalidObjectState",
     "SlowDown", "NoSuchBucket", "NoSuchKey", "MissingContentMD5", "MaxKeys",
+    "SignatureDoesNotMatch", "InvalidToken", "TokenRefreshRequired",
     # systemd unit directives
     "NoNewPrivileges", "ProtectHome", "PrivateTmp", "RestrictAddressFamilies", "ProtectSystem",
 }  # fmt: skip

@@ -167,6 +167,13 @@ def counters() -> DownloaderCounters:
         keep_stopped=0,
         activity=Activity.LISTING,
         activity_detail=None,
+        concurrency_limit=0,
+        throttled=0,
+        budget_wait_s=0.0,
+        store_unreachable_since=None,
+        store_errors=0,
+        store_last_error=None,
+        store_outages=0,
     )
 
 

@@ -56,6 +56,9 @@ class FlakyTransfer:
     def shutdown(self) -> None:
         pass
 
+    def refresh_credentials(self) -> None:
+        pass  # no store, no credentials to rotate
+
 
 class Turns(ChildContext):
     """A child context whose loop stops once ``finished()`` holds or after ``turns`` turns."""

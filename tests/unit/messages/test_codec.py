@@ -103,6 +103,13 @@ def test_a_report_built_from_a_roles_counters_carries_each_of_them() -> None:
         keep_stopped=0,
         activity=Activity.PAUSED,
         activity_detail="store errors (SlowDown), retrying in 4s",
+        concurrency_limit=12,
+        throttled=5,
+        budget_wait_s=1.5,
+        store_unreachable_since=1764849784.0,
+        store_errors=3,
+        store_last_error="connection reset",
+        store_outages=1,
     )
     errors = [ErrorEntry(1.0, "k", "e")]
     report = ChildReport.of(counters, name="downloader", pid=3, last_errors=errors)
