@@ -42,7 +42,7 @@ from prefetchd.errors import RuntimeFailure
 from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.messages.activity import Activity
-from prefetchd.messages.counters import DownloaderCounters
+from prefetchd.messages.counters import new_downloader_counters
 from prefetchd.oversize import Oversized
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Downloader:
         self.layout = ctx.layout
         self.window = Window(config.download.window)
         handoff = Window(config.download.window)  # kept objects handed to writers
-        self.counters = ctx.counters = new_counters(self.window.limit)
+        self.counters = ctx.counters = new_downloader_counters(self.window.limit)
         download = config.download
         keeper = Keeper(
             self.layout, config.source.bucket, download.keep, download.part_size, self.counters
@@ -320,45 +320,3 @@ class Downloader:
         )
         self.counters["objects_refetched"] += 1
         self.retries.retry(job, delay=0.0, count_attempt=False)
-
-
-def new_counters(window_limit: int) -> DownloaderCounters:
-    """The downloader's figures, all zero, as it starts listing."""
-    return DownloaderCounters(
-        objects_downloaded=0,
-        bytes_downloaded=0,
-        retries=0,
-        errors=0,
-        objects_skipped=0,
-        bytes_skipped=0,
-        integrity_failures=0,
-        objects_unverified=0,
-        verify_requests=0,
-        objects_refetched=0,
-        objects_listed=0,
-        epoch=0,
-        epoch_objects=0,
-        epoch_objects_done=0,
-        epoch_bytes=0,
-        epoch_bytes_done=0,
-        window_bytes=0,
-        window_fetching_bytes=0,
-        window_limit=window_limit,
-        keep_bytes=0,
-        keep_hits=0,
-        keep_hit_bytes=0,
-        keep_misses=0,
-        keep_miss_bytes=0,
-        keep_gets_saved=0,
-        keep_refetched=0,
-        keep_stopped=0,
-        activity=Activity.LISTING,
-        activity_detail=None,
-        concurrency_limit=0,
-        throttled=0,
-        budget_wait_s=0.0,
-        store_unreachable_since=None,
-        store_errors=0,
-        store_last_error=None,
-        store_outages=0,
-    )

@@ -57,6 +57,48 @@ class DownloaderCounters(TypedDict):
     store_outages: int  # outages seen since the downloader started
 
 
+def new_downloader_counters(window_limit: int) -> DownloaderCounters:
+    """The downloader's figures, all zero, as it starts listing."""
+    return DownloaderCounters(
+        objects_downloaded=0,
+        bytes_downloaded=0,
+        retries=0,
+        errors=0,
+        objects_skipped=0,
+        bytes_skipped=0,
+        integrity_failures=0,
+        objects_unverified=0,
+        verify_requests=0,
+        objects_refetched=0,
+        objects_listed=0,
+        epoch=0,
+        epoch_objects=0,
+        epoch_objects_done=0,
+        epoch_bytes=0,
+        epoch_bytes_done=0,
+        window_bytes=0,
+        window_fetching_bytes=0,
+        window_limit=window_limit,
+        keep_bytes=0,
+        keep_hits=0,
+        keep_hit_bytes=0,
+        keep_misses=0,
+        keep_miss_bytes=0,
+        keep_gets_saved=0,
+        keep_refetched=0,
+        keep_stopped=0,
+        activity=Activity.LISTING,
+        activity_detail=None,
+        concurrency_limit=0,
+        throttled=0,
+        budget_wait_s=0.0,
+        store_unreachable_since=None,
+        store_errors=0,
+        store_last_error=None,
+        store_outages=0,
+    )
+
+
 class WriterCounters(TypedDict):
     """A writer's counters, updated in place per record and per shard."""
 

@@ -16,8 +16,7 @@ from prefetchd.download.kept import KeptStore
 from prefetchd.download.order import SourceObject
 from prefetchd.download.share import ShareTable
 from prefetchd.layout import Layout, kept_name
-from prefetchd.messages.activity import Activity
-from prefetchd.messages.counters import DownloaderCounters
+from prefetchd.messages.counters import DownloaderCounters, new_downloader_counters
 
 BUCKET = "bucket"
 
@@ -137,44 +136,7 @@ def test_nothing_is_kept_beyond_the_capacity(tmp_path: Path) -> None:
 
 def counters() -> DownloaderCounters:
     """A fresh downloader's counters (the keeper updates the ``keep_`` ones)."""
-    return DownloaderCounters(
-        objects_downloaded=0,
-        bytes_downloaded=0,
-        retries=0,
-        errors=0,
-        objects_skipped=0,
-        bytes_skipped=0,
-        integrity_failures=0,
-        objects_unverified=0,
-        verify_requests=0,
-        objects_refetched=0,
-        objects_listed=0,
-        epoch=0,
-        epoch_objects=0,
-        epoch_objects_done=0,
-        epoch_bytes=0,
-        epoch_bytes_done=0,
-        window_bytes=0,
-        window_fetching_bytes=0,
-        window_limit=0,
-        keep_bytes=0,
-        keep_hits=0,
-        keep_hit_bytes=0,
-        keep_misses=0,
-        keep_miss_bytes=0,
-        keep_gets_saved=0,
-        keep_refetched=0,
-        keep_stopped=0,
-        activity=Activity.LISTING,
-        activity_detail=None,
-        concurrency_limit=0,
-        throttled=0,
-        budget_wait_s=0.0,
-        store_unreachable_since=None,
-        store_errors=0,
-        store_last_error=None,
-        store_outages=0,
-    )
+    return new_downloader_counters(window_limit=0)
 
 
 def make_keeper(tmp_path: Path, capacity: int, free: int = 10**12) -> Keeper:
