@@ -36,6 +36,7 @@ from typing import Any
 
 from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
+from prefetchd.consume.position_format import check_job
 from prefetchd.consume.ready import ReadyFiles, ready_files
 from prefetchd.consume.stream_position import parse_position
 from prefetchd.kernel.framing import index_records
@@ -108,6 +109,11 @@ class TrainingPosition:
         self._finished = 0  # shards all trained since the last position (_stream's order)
         # files() runs in tf.data's thread, trained() and to_json() in the trainer's.
         self._lock = threading.Lock()
+
+    def check(self, config: Config) -> None:
+        """Raise ``PositionError`` (one line) if this position was saved by another job (another
+        dataset, ``epochs.seed`` or host): at once, not from inside the trainer's pipeline."""
+        check_job(self._base, config)
 
     @property
     def epoch(self) -> int:

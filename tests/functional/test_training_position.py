@@ -17,6 +17,7 @@ import pytest
 from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.position import TrainingPosition, count_records
+from prefetchd.errors import PositionError
 from prefetchd.layout import Layout, shard_name
 from prefetchd.tfrecord import frame, read_records
 
@@ -179,3 +180,24 @@ def test_dataset_takes_a_training_position_and_an_epoch(config: Config) -> None:
         prefetchd.tf.dataset(config, epoch=0, position={})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs epoch"):
         prefetchd.tf.dataset(config, position=TrainingPosition())
+
+
+@pytest.mark.parametrize("api", ["tf.dataset", "keras.PositionCheckpoint"])
+def test_a_training_position_of_another_job_raises_one_line_before_training(
+    config: Config, tmp_path: Path, api: str
+) -> None:
+    """Not from inside tf.data's thread at the first batch: where the trainer hands it over."""
+    position = TrainingPosition({})
+    saved = {**position.to_json(), "job": {"dataset": "0123456789abcdef", "seed": 0}}
+    path = tmp_path / "position.json"
+    path.write_text(json.dumps(saved))
+    with pytest.raises(PositionError, match=r"another dataset \(0123456789abcdef") as raised:
+        if api == "tf.dataset":
+            import prefetchd.tf
+
+            prefetchd.tf.dataset(config, epoch=0, position=TrainingPosition.load(path))
+        else:
+            import prefetchd.keras
+
+            prefetchd.keras.PositionCheckpoint(config, path, batch_size=8)
+    assert "\n" not in str(raised.value)
