@@ -146,7 +146,7 @@ def run_bench(args: argparse.Namespace) -> int:
         store = start_store(args.store, port)
         chosen = layout.resolve(args.layout, args.cache_dir, ram)
         cache_root = chosen.cache_parent
-        log(chosen.describe())
+        log(f"layout {chosen.describe()}")
         meta["layout"] = chosen.to_json()
         meta["repeats"] = args.repeats
         runner = Bench(

@@ -46,9 +46,9 @@ class Layout:
     def describe(self) -> str:
         """One line for the tables' header and the results."""
         return (
-            f"layout {self.name}: download.cache_dir under {self.cache_parent} ({self.cache_fs}), "
-            f"output.writers {self.writers}, download.concurrency {self.concurrency} "
-            f"({self.sized_by})"
+            f"{self.name} (download.cache_dir under {self.cache_parent}, {self.cache_fs}; "
+            f"output.writers {self.writers}, download.concurrency {self.concurrency}: "
+            f"{self.sized_by})"
         )
 
     def to_json(self) -> dict[str, Any]:

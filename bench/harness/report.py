@@ -336,6 +336,14 @@ def markdown(
     )
 
 
+def repeats(meta: dict[str, Any], runs: Sequence[dict[str, Any]]) -> int:
+    """The repeats a run asked for; from a run before they were recorded, as its plan numbered
+    them."""
+    if meta.get("repeats") is not None:
+        return int(meta["repeats"])
+    return 1 + max((int(r.get("repeat", 0)) for r in runs), default=0)
+
+
 def layout_note(meta: dict[str, Any]) -> str:
     """The daemon's layout (``bench.harness.layout``), from the run's metadata; a run from
     before the layouts were recorded had the bench's, with its cache where ``cache_dir`` said."""
@@ -343,7 +351,7 @@ def layout_note(meta: dict[str, Any]) -> str:
     if isinstance(layout, dict):
         return str(layout["text"])
     cache = meta.get("cache_dir", "tmpfs")
-    return f"bench (download.cache_dir on {cache}, 2 writers, 32 connections)"
+    return f"bench (download.cache_dir on {cache}; output.writers 2, download.concurrency 32)"
 
 
 def network_note(meta: dict[str, Any]) -> str:

@@ -32,6 +32,7 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
     bars = issue_bars.check(runs)
     issue = issue_bars.issue_rows(runs)
     meta.setdefault("load_at_end", os.getloadavg())
+    meta["repeats"] = arithmetic.repeats(meta, runs)
     write_json(
         out,
         meta,
@@ -52,7 +53,10 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
     md = arithmetic.markdown(meta, text, checked, cpu, bars_section, issue_section)
     (out / "results.md").write_text(md + "\n")
     plotted = write_plot(summary, meta, out)
-    first_bars = "The first bars (loopback, shaped):\n" + arithmetic.bars_text(checked)
+    first_bars = (
+        "The first bars (loopback, shaped; medians only, the judged bars are below):\n"
+        + arithmetic.bars_text(checked)
+    )
     for part in (text, first_bars, cpu, bars_section, issue_section):
         print("\n" + part)
     failed = [r for r in runs if r.get("error")]

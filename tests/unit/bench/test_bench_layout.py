@@ -89,9 +89,16 @@ def test_the_layout_heads_the_bars_and_old_results_say_theirs() -> None:
     chosen = layout.Layout("user", Path("/var/cache/p-1"), 1, 32, "prefetchd init for 2 cores")
     meta: dict[str, Any] = {"layout": {**chosen.to_json()}, "repeats": 5}
     head = results.bars_header(meta)
-    assert head.startswith("Layout: layout user: download.cache_dir under /var/cache/p-1 (?),")
-    assert "output.writers 1, download.concurrency 32" in head
+    assert head.startswith("Layout: user (download.cache_dir under /var/cache/p-1, ?; ")
+    assert "output.writers 1, download.concurrency 32: prefetchd init for 2 cores)" in head
     assert "Median and worst of 5 repeats" in head
     assert "Median and worst of 1 repeat," in results.bars_header({**meta, "repeats": 1})
     old = report.layout_note({"cache_dir": "tmpfs"})
-    assert old == "bench (download.cache_dir on tmpfs, 2 writers, 32 connections)"
+    assert old == "bench (download.cache_dir on tmpfs; output.writers 2, download.concurrency 32)"
+
+
+def test_old_results_count_their_repeats_from_the_runs() -> None:
+    runs = [{"repeat": 0}, {"repeat": 2}, {"repeat": 1}]
+    assert report.repeats({}, runs) == 3
+    assert report.repeats({"repeats": 5}, runs) == 5
+    assert report.repeats({}, []) == 1
