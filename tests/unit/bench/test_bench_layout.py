@@ -102,3 +102,15 @@ def test_old_results_count_their_repeats_from_the_runs() -> None:
     assert report.repeats({}, runs) == 3
     assert report.repeats({"repeats": 5}, runs) == 5
     assert report.repeats({}, []) == 1
+
+
+def test_resolve_makes_a_fresh_private_cache_directory_under_the_chosen_parent(
+    tmp_path: Path,
+) -> None:
+    first = layout.resolve("user", str(tmp_path), tmp_path / "ram")
+    second = layout.resolve("bench", str(tmp_path), tmp_path / "ram")
+    assert first.cache_parent.parent == second.cache_parent.parent == tmp_path
+    assert first.cache_parent != second.cache_parent and first.cache_parent.is_dir()
+    assert first.cache_parent.name.startswith("prefetchd-bench-cache-")
+    assert first.writers == init_config.plan(init_config.probe_host()).writers
+    assert first.cache_fs != "?"  # named from /proc/mounts
