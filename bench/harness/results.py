@@ -57,7 +57,8 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
         "The first bars (loopback, shaped; medians only, the judged bars are below):\n"
         + arithmetic.bars_text(checked)
     )
-    for part in (text, first_bars, cpu, bars_section, issue_section):
+    medians = f"Layout: {arithmetic.layout_note(meta)}. Medians of {meta['repeats']} repeat(s)."
+    for part in (medians, text, first_bars, cpu, bars_section, issue_section):
         print("\n" + part)
     failed = [r for r in runs if r.get("error")]
     print(
