@@ -5,9 +5,10 @@
   directory on the filesystem of prefetchd's own default (``prefetchd.paths.default_cache_dir``:
   ``~/.cache/prefetchd``, as root ``/var/cache/prefetchd``), removed after the run;
   ``output.writers`` and ``download.concurrency`` as ``prefetchd init`` sizes them for this host
-  (``prefetchd.commands.init_config.plan``, the same function, not a copy of its arithmetic).
+  (``prefetchd.commands.init_config.plan``, the same function, not a copy of its arithmetic);
+  ``output.mix`` the daemon's default.
 - ``bench``: the layout of every table before issue 28: the cache on tmpfs (the bench's own
-  ``/dev/shm`` directory, where the ceilings write too), 2 writers, 32 connections.
+  ``/dev/shm`` directory, where the ceilings write too), 2 writers, 32 connections, ``mix`` 8.
 
 ``--cache-dir DIR`` puts the cache's private directory under ``DIR`` instead, with either layout
 (``--cache-dir /dev/shm`` keeps the sizes of ``user`` with the cache on tmpfs). ``choose`` and
@@ -29,6 +30,7 @@ from prefetchd.paths import default_cache_dir
 LAYOUTS = ("user", "bench")
 BENCH_WRITERS = 2
 BENCH_CONCURRENCY = 32
+BENCH_MIX = 8  # output.mix of the tables before issue 28 (the daemon's default was 8 then)
 
 
 @dataclass(frozen=True)
@@ -42,20 +44,23 @@ class Layout:
     concurrency: int
     sized_by: str  # where writers and concurrency came from
     cache_fs: str = "?"  # the filesystem type of cache_parent (/proc/mounts)
+    mix: int | None = None  # output.mix; None = the daemon's default
 
     def describe(self) -> str:
         """One line for the tables' header and the results."""
         return (
             f"{self.name} (download.cache_dir under {self.cache_parent}, {self.cache_fs}; "
             f"output.writers {self.writers}, download.concurrency {self.concurrency}: "
-            f"{self.sized_by})"
+            f"{self.sized_by}; output.mix {self.mix or 'default'})"
         )
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "cache_parent": str(self.cache_parent), "text": self.describe()}
 
 
-BENCH = Layout("bench", Path("/dev/shm"), BENCH_WRITERS, BENCH_CONCURRENCY, "the bench's", "tmpfs")
+BENCH = Layout(
+    "bench", Path("/dev/shm"), BENCH_WRITERS, BENCH_CONCURRENCY, "the bench's", "tmpfs", BENCH_MIX
+)
 
 
 def choose(
@@ -65,7 +70,8 @@ def choose(
     ``prefetchd init``'s plan and puts the cache under ``disk_parent``; ``bench`` keeps 2 and
     32 and puts it under ``ram``; ``cache_dir``, if given, is the cache's parent either way."""
     if name == "bench":
-        return Layout(name, cache_dir or ram, BENCH_WRITERS, BENCH_CONCURRENCY, "the bench's")
+        writers, concurrency = BENCH_WRITERS, BENCH_CONCURRENCY
+        return Layout(name, cache_dir or ram, writers, concurrency, "the bench's", mix=BENCH_MIX)
     if name != "user":
         raise ValueError(f"unknown layout {name!r}; choose from {', '.join(LAYOUTS)}")
     plan = init_config.plan(host)
@@ -115,4 +121,5 @@ def resolve(name: str, cache_dir: str | None, ram: Path) -> Layout:
         chosen.concurrency,
         chosen.sized_by,
         filesystem(private.resolve(), mounts),
+        chosen.mix,
     )

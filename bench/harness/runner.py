@@ -81,11 +81,12 @@ class Bench:
                 "ram_budget": "1GiB",
                 "writers": self.layout.writers,
                 "shard_size": "32MiB",
-                "mix": 8,
             },
             "status": {"state_dir": str(run_dir / "state")},
             "log": {"level": "info" if self.args.keep_logs else "warning"},
         }
+        if self.layout.mix is not None:
+            cfg["output"]["mix"] = self.layout.mix
         for dotted, value in overrides.items():
             section, key = dotted.split("__")
             cfg[section][key] = value

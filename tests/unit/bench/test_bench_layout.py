@@ -90,7 +90,8 @@ def test_the_layout_heads_the_bars_and_old_results_say_theirs() -> None:
     meta: dict[str, Any] = {"layout": {**chosen.to_json()}, "repeats": 5}
     head = results.bars_header(meta)
     assert head.startswith("Layout: user (download.cache_dir under /var/cache/p-1, ?; ")
-    assert "output.writers 1, download.concurrency 32: prefetchd init for 2 cores)" in head
+    assert "output.writers 1, download.concurrency 32: prefetchd init for 2 cores; " in head
+    assert head.split(")")[0].endswith("output.mix default")
     assert "Median and worst of 5 repeats" in head
     assert "Median and worst of 1 repeat," in results.bars_header({**meta, "repeats": 1})
     old = report.layout_note({"cache_dir": "tmpfs"})
