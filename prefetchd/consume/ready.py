@@ -22,6 +22,7 @@ from prefetchd.config import Config, load_config
 from prefetchd.consume.access import check_trainer_access
 from prefetchd.consume.claims import epoch_over, ready_names
 from prefetchd.consume.health import DaemonHealth, wait_for_dirs
+from prefetchd.consume.job_guard import JobGuard
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.consume.stream_position import Position, StreamPosition, job_tag, parse_position
 from prefetchd.inotify import IN_MOVED_TO, Watch
@@ -164,6 +165,7 @@ class ReadyFiles(Iterator[str]):
         layout, health, kept = self._layout, self._health, self._kept
         wait_for_dirs(layout, health, _POLL)
         self._releaser = kept.releaser = releaser = ShardReleaser.for_layout(layout)
+        guard = JobGuard(layout)
         last_shard = time.monotonic()
         # The time between asking for a shard and getting one (or the epoch's end) is the
         # trainer waiting on data; the daemon reads it from our lock file (`consumer_wait_s`).
@@ -179,14 +181,16 @@ class ReadyFiles(Iterator[str]):
                         kept.yielded(taken)
                         yield str(layout.ram_claimed / taken)
                     while True:
-                        claimed = self._claim(prefix)
+                        # only the fenced job's shards and markers count (consume/job_guard.py)
+                        fenced = guard.may_claim()
+                        claimed = self._claim(prefix) if fenced else None
                         if claimed is not None:
                             last_shard = time.monotonic()
                             waiting = releaser.end_wait(waiting, claimed=1)
                             kept.yielded(claimed)
                             yield str(layout.ram_claimed / claimed)
                             continue
-                        if epoch_over(layout, k, prefix, releaser.claimant):
+                        if fenced and epoch_over(layout, k, prefix, releaser.claimant):
                             # an epoch a failed daemon left short is not over: it says why
                             health.check_failed()
                             releaser.wants_more()
@@ -201,10 +205,12 @@ class ReadyFiles(Iterator[str]):
                             raise TimeoutError(
                                 f"no new shard of epoch {k} for {self._timeout:g} s"
                                 + kept.retention_hint()
+                                + _fence_hint(guard)
                             )
                         arrivals.read(_POLL)
         finally:
             releaser.end_wait(waiting)
+            guard.close()
         if last is not None:
             kept.epoch = last + 1  # the first epoch it has not delivered
         self.ended = True
@@ -229,6 +235,15 @@ class ReadyFiles(Iterator[str]):
                 continue
             return claimed
         return None
+
+
+def _fence_hint(guard: JobGuard) -> str:
+    if guard.job is not None:
+        return ""
+    return (
+        f" (no running prefetchd has said which job {guard.path} belongs to: the shards "
+        "there, if any, are an earlier daemon's, and are not read; start the daemon)"
+    )
 
 
 def _take_prefixed(names: list[str], prefix: str) -> list[str]:
