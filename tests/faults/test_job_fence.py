@@ -9,6 +9,7 @@ job's leftovers"."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import time
@@ -109,7 +110,7 @@ def test_a_restart_with_a_changed_seed_starts_a_new_job_says_so_and_ends(
     first_line = second.stderr.read_text().splitlines()[0]
     assert "starting a new job" in first_line, second.output()
     assert "epochs.seed changed 0 -> 1" in first_line, first_line
-    status = yaml.safe_load((state_dir(config) / "status.json").read_text())
+    status = json.loads((state_dir(config) / "status.json").read_text())
     assert "epochs.seed changed 0 -> 1" in status["job"], status.get("job")
 
 
