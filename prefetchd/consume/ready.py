@@ -25,6 +25,7 @@ from prefetchd.consume.health import DaemonHealth, wait_for_dirs
 from prefetchd.consume.job_guard import JobGuard
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.consume.stream_position import Position, StreamPosition, job_tag, parse_position
+from prefetchd.fence import read_fence
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     Layout,
@@ -106,6 +107,9 @@ class ReadyFiles(Iterator[str]):
         self.keep_at_end = False  # True: the shards stay until release() (read-ahead callers)
         self.ended = False  # every epoch it was asked for was delivered
         if saved is not None and saved.claimant is not None and self._layout.ram_claimed.is_dir():
+            fence = read_fence(self._layout.job_fence)
+            if fence is not None:  # ram_dir holds that job's shards: not the position's?
+                self._kept.check_job(fence.job)
             # now, not at the first next(): before any other stream of the job claims a shard
             self._kept.reclaim(ShardReleaser.for_layout(self._layout))
         self._stream = self._run()
@@ -174,15 +178,23 @@ class ReadyFiles(Iterator[str]):
             with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
                 _watch_epoch_ends(arrivals, layout)
                 last: int | None = None
+                adopted: str | None = None  # the job the position names (JobGuard's)
                 for k in self._epochs:
                     kept.epoch = last = k
                     prefix = epoch_prefix(k)
-                    for taken in _take_prefixed(kept.reclaimed, prefix):
-                        kept.yielded(taken)
-                        yield str(layout.ram_claimed / taken)
                     while True:
                         # only the fenced job's shards and markers count (consume/job_guard.py)
                         fenced = guard.may_claim()
+                        if fenced and guard.job is not None and guard.job != adopted:
+                            kept.adopt_job(guard.job)  # a position of another job raises
+                            adopted = guard.job
+                        taken = _take_prefixed(kept.reclaimed, prefix) if fenced else []
+                        for name in taken:  # the saved position's shards in progress, first
+                            kept.yielded(name)
+                            yield str(layout.ram_claimed / name)
+                        if taken:
+                            last_shard = time.monotonic()
+                            continue
                         claimed = self._claim(prefix) if fenced else None
                         if claimed is not None:
                             last_shard = time.monotonic()

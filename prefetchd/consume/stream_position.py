@@ -22,6 +22,7 @@ from prefetchd.consume.position_format import (
     POSITION_VERSION,
     Position,
     check_job,
+    check_job_id,
     job_tag,
     parse_position,
 )
@@ -70,6 +71,18 @@ class StreamPosition:
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
         self._lock = threading.Lock()  # _covered and _since
+
+    def check_job(self, running: str) -> None:
+        """Raise ``PositionError`` if the saved position is of another job than ``running``
+        (the job the daemon fences): resuming it would skip or take that job's shards."""
+        if self.saved is not None:
+            check_job_id(self.saved, running)
+
+    def adopt_job(self, running: str) -> None:
+        """The stream reads the daemon's job ``running`` (``JobGuard``): positions name it."""
+        self.check_job(running)
+        if self.job is not None and self.job.get("id") != running:
+            self.job = {**self.job, "id": running}
 
     def yielded(self, claimed: str) -> None:
         """The stream hands out ``claimed``: a resumable one keeps it until covered."""
