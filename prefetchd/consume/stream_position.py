@@ -28,6 +28,7 @@ from prefetchd.consume.position_format import (
 )
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.errors import PositionError
+from prefetchd.fence import read_fence
 from prefetchd.layout import Layout, claim_name, parse_claim_name, parse_shard_name
 
 __all__ = [
@@ -278,6 +279,9 @@ def take_back(layout: Layout, position: dict[str, Any], keeper: str) -> None:
     reading are claimed for ``keeper`` (a live claimant), and ``position`` is updated to name
     ``keeper`` as their claimant, so the stream resumed from it takes them from there."""
     saved = parse_position(position)
+    fence = read_fence(layout.job_fence)
+    if fence is not None:  # the names it lists may be another job's shards
+        check_job_id(saved, fence.job)
     owners = [o for o in (saved.claimant, saved.holder) if o is not None]
     lay = layout
     for shard in [*sorted(saved.consumed), *sorted(saved.records)]:
