@@ -3,7 +3,8 @@
 Written by ``ReadyFiles.position()``, ``records()``'s ``position()``, ``TrainingPosition``
 (``consume/position.py``) and the torch state (``consume/torch.py``)::
 
-    {"version": 2, "job": {"dataset": "3f0c9a1e5b7d2c44", "seed": 0, "host": [0, 1]},
+    {"version": 2, "job": {"dataset": "3f0c9a1e5b7d2c44", "seed": 0, "host": [0, 1],
+                           "id": "9ab2c3d4e5f60718"},
      "epoch": 1, "consumed": ["e000001-w00-c000003.tfrecord", ...],
      "records": {"e000001-w00-c000004.tfrecord": 17}, "claimant": "4242xa1b2c3d4"}
 
@@ -15,7 +16,8 @@ process can claim them (``holder``: the torch main process that kept what a work
 pass held). Its size is one short name per shard still kept on the RAM disk (bounded by
 ``output.ram_budget`` / ``output.shard_size``, whatever the epoch's size: about 1-2 KB for a
 1M-object epoch), never one entry per record or object. ``job`` ties it to the dataset, seed
-and host; a position of another job, or of an unknown version, raises ``PositionError``.
+and host, and (``id``, once the stream has seen the daemon's job fence, ``fence.py``) to the
+daemon's job; a position of another job, or of an unknown version, raises ``PositionError``.
 Version 1 positions (no ``job``, no ``claimant``) still load. Readers ignore keys they do not
 know, so a later version can add one (e.g. which objects of the interrupted epoch each host
 finished, for a changed number of hosts) without breaking this one.
@@ -126,8 +128,32 @@ def parse_position(raw: Mapping[str, Any], config: Config | None = None) -> Posi
     claimant, holder = _tag(raw, "claimant"), _tag(raw, "holder")
     if config is not None:
         check_job(raw, config)
-    job = job_tag(config) if config is not None else raw.get("job")
+    saved_job = raw.get("job")
+    job = saved_job
+    if config is not None:
+        job = job_tag(config)
+        if isinstance(saved_job, Mapping) and saved_job.get("id"):
+            job["id"] = saved_job["id"]  # the daemon's job: checked under its fence
     return Position(epoch, frozenset(consumed), records, claimant, job, holder)
+
+
+def job_id(position: Position) -> str | None:
+    """The daemon's job the position was saved in (``job.id``: ``supervise/job.py``, the job
+    fence), or None (saved before the stream saw a fence, or by an earlier release)."""
+    found = position.job.get("id") if position.job is not None else None
+    return found if isinstance(found, str) and found else None
+
+
+def check_job_id(position: Position, running: str) -> None:
+    """Raise ``PositionError`` if ``position`` was saved in another job than ``running``, the
+    one the daemon fences now: its shard names would name that job's shards."""
+    saved = job_id(position)
+    if saved is not None and saved != running:
+        raise PositionError(
+            f"position was saved in job {saved}, and the daemon now runs job {running} (a new "
+            "job: its config changed or its state was removed): its shards are not the ones "
+            "the position names, so it cannot resume; start this trainer without it"
+        )
 
 
 def _tag(raw: Mapping[str, Any], key: str) -> str | None:

@@ -22,11 +22,13 @@ from prefetchd.consume.position_format import (
     POSITION_VERSION,
     Position,
     check_job,
+    check_job_id,
     job_tag,
     parse_position,
 )
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.errors import PositionError
+from prefetchd.fence import read_fence
 from prefetchd.layout import Layout, claim_name, parse_claim_name, parse_shard_name
 
 __all__ = [
@@ -70,6 +72,18 @@ class StreamPosition:
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
         self._lock = threading.Lock()  # _covered and _since
+
+    def check_job(self, running: str) -> None:
+        """Raise ``PositionError`` if the saved position is of another job than ``running``
+        (the job the daemon fences): resuming it would skip or take that job's shards."""
+        if self.saved is not None:
+            check_job_id(self.saved, running)
+
+    def adopt_job(self, running: str) -> None:
+        """The stream reads the daemon's job ``running`` (``JobGuard``): positions name it."""
+        self.check_job(running)
+        if self.job is not None and self.job.get("id") != running:
+            self.job = {**self.job, "id": running}
 
     def yielded(self, claimed: str) -> None:
         """The stream hands out ``claimed``: a resumable one keeps it until covered."""
@@ -265,6 +279,9 @@ def take_back(layout: Layout, position: dict[str, Any], keeper: str) -> None:
     reading are claimed for ``keeper`` (a live claimant), and ``position`` is updated to name
     ``keeper`` as their claimant, so the stream resumed from it takes them from there."""
     saved = parse_position(position)
+    fence = read_fence(layout.job_fence)
+    if fence is not None:  # the names it lists may be another job's shards
+        check_job_id(saved, fence.job)
     owners = [o for o in (saved.claimant, saved.holder) if o is not None]
     lay = layout
     for shard in [*sorted(saved.consumed), *sorted(saved.records)]:

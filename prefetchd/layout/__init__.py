@@ -28,11 +28,14 @@ A start-up sweep deletes only names ``names.is_own_file`` recognises as ours.
                                   deletes it (freeing a shard's pages costs ~0.2 CPU-s/GB,
                                   paid by the daemon, not the trainer)
         consumers/<claimant>.lock  held (flock) by trainer process <claimant> while it lives
+        prefetchd.job             the job fence: the job whose shards these are, flocked by its
+                                  daemon; trainers claim only under it (fence.py)
         .budget.lock              serializes RAM reservations between writers
     status.state_dir/
         prefetchd.lock            held (flock) by the running daemon
         status.json               the status record (0600), rewritten about once a second
-        job.json                  the fingerprint of the job the state below belongs to
+        job.json                  the job the state below belongs to: its id, fingerprint
+                                  (supervise/job.py)
         children/<child>.json     each child's counters and heartbeat
         progress/e<k>.log         the download log: objects the downloader published
                                   ("P") or skipped ("S") in epoch k (exactly_once)
@@ -59,6 +62,7 @@ from pathlib import Path
 from prefetchd.atomic import make_private_dir
 from prefetchd.config import Config
 from prefetchd.layout.names import (
+    FENCE_FILE,
     LOCK_FILE,
     OWN_TOP_NAMES,
     OWNER_FILE,
@@ -109,6 +113,7 @@ from prefetchd.layout.names import (
 __all__ = [
     "COMPLETE",
     "DOWNLOADED",
+    "FENCE_FILE",
     "KEEP_FIGURES",
     "LOCK_FILE",
     "OWNER_FILE",
@@ -267,6 +272,11 @@ class Layout:
     @property
     def job_file(self) -> Path:
         return self.state / "job.json"
+
+    @property
+    def job_fence(self) -> Path:
+        """``ram_dir/prefetchd.job``: the job whose shards ram_dir holds (``fence.py``)."""
+        return self.ram / FENCE_FILE
 
     @property
     def children(self) -> Path:

@@ -265,12 +265,14 @@ def file_epoch(name: str) -> int | None:
 
 OWNER_FILE = "prefetchd.owner"
 LOCK_FILE = "prefetchd.lock"
+FENCE_FILE = "prefetchd.job"  # ram_dir: the job its shards belong to, locked by its daemon
 # Names prefetchd makes directly inside each of its three directories (besides the files
 # inside its sub-directories): an existing directory holding anything else is not ours.
 OWN_TOP_NAMES = frozenset(
     {
         OWNER_FILE,
         LOCK_FILE,
+        FENCE_FILE,
         ".tmp",
         "meta",
         "ready",

@@ -102,6 +102,9 @@ class StatusRecord:
     pid: int = 0
     prefetchd_version: str | None = None  # the running daemon's release, not the reader's
     config: str | None = None
+    # the job it runs (state_dir/job.json) and its first log line: resumed or new, and why
+    job_id: str | None = None
+    job: str | None = None
     started: float = 0.0
     updated: float = 0.0  # epoch seconds, for people
     # time.monotonic() of the same moment (CLOCK_MONOTONIC, system-wide): what staleness is

@@ -298,6 +298,8 @@ def _header(status: StatusRecord) -> list[str]:
         + (f", version {status.prefetchd_version}" if status.prefetchd_version else ""),
         f"  config        {_safe(status.config or '?', 300)}",
     ]
+    if status.job:
+        lines.append(f"  job           {_safe(status.job, 300)}")
     if status.outcome_summary:
         lines.append(f"  outcome       {_safe(status.outcome_summary, 300)}")
     verdict = status.bottleneck

@@ -30,6 +30,7 @@ from prefetchd.errors import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK
 from prefetchd.exactly_once.ledger import forget_epoch, record_delivered
 from prefetchd.exactly_once.markers import first_epoch_without, mark_complete
 from prefetchd.exactly_once.recovery import CACHE, RAM, recover, write_disks
+from prefetchd.fence import remove_fence, write_fence
 from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claimed_object, epoch_prefix, is_own_file, parse_claim_name
 from prefetchd.logs import redact
@@ -42,6 +43,7 @@ from prefetchd.roles.shell import child_main
 from prefetchd.roles.table import ROLES
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
+from prefetchd.supervise.job import JobStart, decide, save_job
 from prefetchd.supervise.keep_status import keep_epochs
 from prefetchd.supervise.outcome import COMPLETE, bad_object_failure, outcome
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
@@ -90,6 +92,9 @@ class Supervisor:
         self.started = time.time()  # shown to people; durations use started_monotonic
         self.started_monotonic = time.monotonic()
         self.ownership = Ownership([])
+        self.job_id: str | None = None  # the job this daemon runs, and what it said about it
+        self.job_note: str | None = None
+        self._fence: int | None = None  # holds the lock of ram_dir's job fence (fence.py)
         self._finished: Watch | None = None  # claimed/: a trainer deleted a shard it read
         self._vanished: Watch | None = None  # ready/: nobody but a stranger deletes there
         self._last_status = 0.0
@@ -127,6 +132,8 @@ class Supervisor:
             for watch in (self._finished, self._vanished):
                 if watch is not None:
                     watch.close()
+            if self._fence is not None:
+                os.close(self._fence)  # the fence stays, stale: trainers of this job read on
             self.ownership.close()
         if self.state is DaemonState.FAILED:
             return EXIT_FAILURE
@@ -140,13 +147,18 @@ class Supervisor:
 
     def _boot(self) -> None:
         self.ownership = claim_dirs(self.layout, self.config)
+        # First: no trainer claims again until we know whose shards ram_dir holds (fence.py)
+        remove_fence(self.layout.job_fence)
         self.layout.create()
-        if self._prepare_state():
+        start = self._prepare_state()
+        if start.resume:
             reason = recover(self.layout, self.ownership)
             if reason is not None:
                 self._fail(reason)
                 return  # nothing starts; status says why, and ready_files() raises it
         write_disks(self.layout, self.ownership)
+        # what stays is decided: trainers may claim (before any child publishes a shard)
+        self._fence = write_fence(self.layout.job_fence, self.job_id or "", self.job_note or "")
         self._finished = Watch(self.layout.ram_claimed, IN_DELETE)
         self._vanished = Watch(self.layout.ram_ready, IN_DELETE)
         # SIGHUP drains like SIGTERM: it comes from a closed terminal, never from systemd or
@@ -167,33 +179,30 @@ class Supervisor:
         self.lifecycle.start_all()
         self._publish_status(force=True)
 
-    def _prepare_state(self) -> bool:
-        """Resume the same unfinished job (True); otherwise start clean, sweeping what was
-        left (False)."""
-        fingerprint = self.config.job_fingerprint()
-        try:
-            previous = json.loads(self.layout.job_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            previous = None
-        resume = (
-            previous is not None
-            and previous.get("fingerprint") == fingerprint
-            and not previous.get("finished")
-        )
-        if resume:
-            log.info("resuming the unfinished job found in %s", self.layout.state)
-        else:
-            self._wipe()
+    def _prepare_state(self) -> JobStart:
+        """Resume the same unfinished job, or start a new one, sweeping what the old one left;
+        says which in the daemon's first log line (``supervise/job.py``)."""
+        start = decide(self.layout, self.config.job_fingerprint())
+        removed, foreign = (0, []) if start.resume else self._wipe()
         for stale in self.layout.children.iterdir():
             stale.unlink()
-        job = {"fingerprint": fingerprint, "finished": False, "started": time.time()}
-        write_atomic(self.layout.job_file, json.dumps(job).encode(), fsync=True)
-        return resume
+        save_job(self.layout, start)
+        self.job_id = start.job
+        self.job_note = start.note(
+            epoch=self._first_incomplete_epoch(), count=self.config.epochs.count, removed=removed
+        )
+        log.info("%s", self.job_note)
+        for path in foreign:
+            log.warning("left %s alone: prefetchd did not make it", path)
+        return start
 
-    def _wipe(self) -> None:
+    def _wipe(self) -> tuple[int, list[str]]:
         """Delete what an earlier job left: only names our scheme makes (``layout.is_own_file``);
-        anything else in our directories is someone's, and stays."""
+        anything else in our directories is someone's, and stays. Returns how many shards it
+        deleted from ram_dir and the paths it left alone."""
         lay = self.layout
+        shard_dirs = set(lay.ram_shard_dirs)
+        removed, foreign = 0, []
         lay.disks_file.unlink(missing_ok=True)
         for directory in (
             lay.cache_tmp,
@@ -210,8 +219,10 @@ class Supervisor:
             for entry in os.scandir(directory):
                 if is_own_file(directory.name, entry.name) and not entry.is_dir():
                     os.unlink(entry.path)
+                    removed += directory in shard_dirs
                 else:
-                    log.warning("left %s alone: prefetchd did not make it", entry.path)
+                    foreign.append(entry.path)
+        return removed, foreign
 
     def _first_incomplete_epoch(self) -> int:
         return first_epoch_without(self.layout.complete_marker)
@@ -564,6 +575,8 @@ class Supervisor:
             consumer_wait_s=round(wait_total, 3),
             consumer_wait_ratio=round(wait_ratio, 3),
             trainers_resumed="; ".join(resumed)[:400] or None,
+            job_id=self.job_id,
+            job=self.job_note,
             children={
                 c.name: _child_status(c, c.last_report or ChildReport(), now) for c in self.children
             },
