@@ -23,8 +23,6 @@ finished, for a changed number of hosts) without breaking this one.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,23 +30,10 @@ from typing import Any
 from prefetchd.config import Config
 from prefetchd.errors import PositionError
 from prefetchd.layout import parse_shard_name
+from prefetchd.progress import ObjectProgress, job_tag
 
 POSITION_VERSION = 2
 _READABLE = (1, 2)
-
-
-def job_tag(config: Config) -> dict[str, Any]:
-    """What a position is only valid for: the dataset (a hash of what selects and parses its
-    records), the shuffle seed, and this host's share (``[worker_index, num_workers]``)."""
-    src = config.source
-    dataset = [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
-    digest = hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
-    epochs, sharding = config.epochs, config.sharding
-    return {
-        "dataset": digest,
-        "seed": epochs.seed if epochs.shuffle else None,
-        "host": [sharding.worker_index, sharding.num_workers],
-    }
 
 
 def check_job(raw: Mapping[str, Any], config: Config) -> None:
@@ -88,6 +73,9 @@ class Position:
     claimant: str | None = None
     job: Mapping[str, Any] | None = None
     holder: str | None = None  # the claimant its ended streams' shards were handed to
+    # which of the host's objects of ``epoch`` were trained (``progress.ObjectProgress``), for
+    # a resume on another number of hosts; None: not kept by the trainer that saved it
+    objects: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -102,6 +90,8 @@ class Position:
             out["claimant"] = self.claimant
         if self.holder is not None:
             out["holder"] = self.holder
+        if self.objects is not None:
+            out["objects"] = dict(self.objects)
         return out
 
 
@@ -127,7 +117,13 @@ def parse_position(raw: Mapping[str, Any], config: Config | None = None) -> Posi
     if config is not None:
         check_job(raw, config)
     job = job_tag(config) if config is not None else raw.get("job")
-    return Position(epoch, frozenset(consumed), records, claimant, job, holder)
+    objects = raw.get("objects")
+    if objects is not None:
+        try:
+            ObjectProgress.from_json(objects)
+        except ValueError as exc:
+            raise PositionError(f"position: {exc}") from None
+    return Position(epoch, frozenset(consumed), records, claimant, job, holder, objects)
 
 
 def _tag(raw: Mapping[str, Any], key: str) -> str | None:

@@ -28,7 +28,7 @@ from prefetchd.budget import rename_under_budget_lock
 from prefetchd.config import Config
 from prefetchd.errors import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK
 from prefetchd.exactly_once.ledger import forget_epoch, record_delivered
-from prefetchd.exactly_once.markers import first_epoch_without, mark_complete
+from prefetchd.exactly_once.markers import first_epoch_without, mark_complete, mark_downloaded
 from prefetchd.exactly_once.recovery import CACHE, RAM, recover, write_disks
 from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claimed_object, epoch_prefix, is_own_file, parse_claim_name
@@ -38,6 +38,7 @@ from prefetchd.messages.counters import Counts
 from prefetchd.messages.epoch_keep import hit_ratio
 from prefetchd.messages.status_record import ChildStatus, DaemonState, EpochStatus, StatusRecord
 from prefetchd.owner import Ownership, claim_dirs
+from prefetchd.progress import HostPositions, read_host_positions
 from prefetchd.roles.shell import child_main
 from prefetchd.roles.table import ROLES
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
@@ -180,15 +181,38 @@ class Supervisor:
             and previous.get("fingerprint") == fingerprint
             and not previous.get("finished")
         )
+        # the old hosts' positions are checked before anything is touched (exit 2 naming
+        # what is missing), and the epochs they finished are this job's too
+        rehost = read_host_positions(self.config) if self.config.sharding.resume_from else None
         if resume:
             log.info("resuming the unfinished job found in %s", self.layout.state)
         else:
             self._wipe()
+            if rehost is not None:
+                self._resume_hosts(rehost)
         for stale in self.layout.children.iterdir():
             stale.unlink()
         job = {"fingerprint": fingerprint, "finished": False, "started": time.time()}
         write_atomic(self.layout.job_file, json.dumps(job).encode(), fsync=True)
         return resume
+
+    def _resume_hosts(self, hosts: HostPositions) -> None:
+        """A new job resuming one run on ``hosts.num_workers`` hosts: the epochs before the
+        interrupted one were delivered by the old hosts, so they are marked downloaded and
+        complete here (the trainers pass over them); the downloader delivers what is left of
+        the interrupted one (``download/rehost.py``)."""
+        for epoch in range(hosts.epoch):
+            mark_downloaded(self.layout, epoch, 0)
+            mark_complete(self.layout, epoch)
+        sharding = self.config.sharding
+        log.info(
+            "resuming epoch %d of a job of %d hosts (positions in %s) as host %d of %d",
+            hosts.epoch,
+            hosts.num_workers,
+            sharding.resume_from,
+            sharding.worker_index,
+            sharding.num_workers,
+        )
 
     def _wipe(self) -> None:
         """Delete what an earlier job left: only names our scheme makes (``layout.is_own_file``);
