@@ -185,18 +185,36 @@ def _ranges(raw: Any, what: str) -> Ranges:
 # --- the job's identity ----------------------------------------------------------------------
 
 
+def dataset_digest(config: Config) -> str:
+    """A hash of what selects and parses the dataset's records."""
+    src = config.source
+    dataset = [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
+    return hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def job_tag(config: Config) -> dict[str, Any]:
     """What a position is only valid for: the dataset (a hash of what selects and parses its
     records), the shuffle seed, and this host's share (``[worker_index, num_workers]``)."""
-    src = config.source
-    dataset = [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
-    digest = hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
     epochs, sharding = config.epochs, config.sharding
-    return {
-        "dataset": digest,
+    tag: dict[str, Any] = {
+        "dataset": dataset_digest(config),
         "seed": epochs.seed if epochs.shuffle else None,
         "host": [sharding.worker_index, sharding.num_workers],
     }
+    if sharding.resume_from is not None:
+        # the epoch this job resumed on other hosts: its objects are not the whole share's
+        tag["resumed"] = _resumed_epoch(config)
+    return tag
+
+
+_RESUMED: dict[tuple[str, int], int] = {}  # (resume_from, num_workers) -> its epoch, per process
+
+
+def _resumed_epoch(config: Config) -> int:
+    key = (str(config.sharding.resume_from), config.sharding.num_workers)
+    if key not in _RESUMED:
+        _RESUMED[key] = read_host_positions(config).epoch
+    return _RESUMED[key]
 
 
 # --- the old job's positions, for a resume with another number of hosts ----------------------
@@ -229,7 +247,7 @@ def read_host_positions(config: Config) -> HostPositions:
         files = sorted(p for p in Path(directory).iterdir() if p.suffix == ".json")
     except OSError as exc:
         raise ResumeError(f"{where}: cannot list it: {exc.strerror}") from None
-    here = job_tag(config)
+    dataset, seed = dataset_digest(config), config.epochs.seed if config.epochs.shuffle else None
     by_host: dict[int, list[tuple[Path, Mapping[str, Any]]]] = {}
     counts: set[int] = set()
     for path in files:
@@ -237,11 +255,17 @@ def read_host_positions(config: Config) -> HostPositions:
         job = raw.get("job")
         if not isinstance(job, Mapping) or not isinstance(job.get("host"), list):
             raise ResumeError(f"{path}: not a position naming its host (saved before version 2)")
-        if job.get("dataset") != here["dataset"] or job.get("seed") != here["seed"]:
+        if job.get("dataset") != dataset or job.get("seed") != seed:
             raise ResumeError(
                 f"{path}: a position of another dataset or epochs.seed than this config's"
             )
         index, count = job["host"]
+        resumed = job.get("resumed")
+        if isinstance(resumed, int) and _epoch(raw) <= resumed:
+            raise ResumeError(
+                f"{path}: a position inside epoch {resumed}, which its job resumed from another "
+                "number of hosts: change the number of hosts again only once that epoch is over"
+            )
         counts.add(count)
         by_host.setdefault(index, []).append((path, raw))
     if not by_host:

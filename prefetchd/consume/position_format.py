@@ -57,7 +57,8 @@ def check_job(raw: Mapping[str, Any], config: Config) -> None:
         index, count = here["host"]
         raise PositionError(
             f"position is of host {saved.get('host')} ([worker_index, num_workers]) and this "
-            f"config is host [{index}, {count}]: load each host's own position"
+            f"config is host [{index}, {count}]: load each host's own position (to resume on "
+            "another number of hosts, give every host's to sharding.resume_from)"
         )
 
 

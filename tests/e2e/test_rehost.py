@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from prefetchd.config import load_config
+from prefetchd.progress import job_tag
 from testkit.trainers import finish_trainer, start_trainer
 
 pytestmark = pytest.mark.e2e
@@ -104,3 +108,35 @@ def test_job_resumed_on_another_number_of_hosts_trains_each_record_once(
     split = [Counter(rid for e, rid in host if e == 1) for host in after]
     assert sum(split, Counter()) == ids, "epoch 1: records lost or trained twice"
     assert all(split), f"epoch 1 is not split {new} ways"
+
+
+def test_a_missing_host_position_stops_the_daemon_with_one_line_naming_it(
+    tmp_path: Path, write_config: Callable[..., Path], upload: Callable[..., Any]
+) -> None:
+    """Positions of hosts 0 and 2 of 3 but not of host 1: the new daemon refuses to start
+    (exit 2), naming host 1, rather than reshuffle what host 1 had trained."""
+    upload("tfrecord", SIZES[:4], seed=26)
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    for index in (0, 2):
+        home = tmp_path / f"old{index}"
+        old = write_config(home, sharding__num_workers=3, sharding__worker_index=index)
+        job = job_tag(load_config(old))  # what its trainer would have saved
+        raw = {"version": 2, "epoch": 0, "consumed": [], "records": {}, "job": job}
+        (positions / f"host{index}.json").write_text(json.dumps(raw))
+    config = write_config(
+        tmp_path / "new0",
+        sharding__num_workers=2,
+        sharding__worker_index=0,
+        sharding__resume_from=str(positions),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "prefetchd", "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "no position of host 1 of 3" in lines[0]
