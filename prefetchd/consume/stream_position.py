@@ -159,8 +159,8 @@ class StreamPosition:
             return None
         if self.progress.epoch == epoch:
             view = self.progress.copy()
-        elif self.progress.epoch < epoch or self.progress.unknown is not None:
-            view = ObjectProgress(epoch, unknown=self.progress.unknown)
+        elif self.progress.epoch < epoch:
+            view = ObjectProgress(epoch)  # no shard of ``epoch`` covered yet
         else:
             view = ObjectProgress(epoch, unknown="a shard of an earlier epoch is kept")
         for shard, trained in sorted(records.items()):

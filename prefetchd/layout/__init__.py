@@ -343,8 +343,8 @@ class Layout:
         return self.shards / delivered_ledger_name(epoch)
 
     def shard_mix(self, shard: str) -> Path:
-        """Which objects ``shard`` holds (``messages/shard_mix.py``), until its epoch's ledger
-        is dropped."""
+        """Which objects ``shard`` holds (``messages/shard_mix.py``), until the shard is
+        delivered (or its epoch's ledger dropped)."""
         return self.shards / shard_mix_name(shard)
 
     def shard_mixes(self, epoch: int) -> list[Path]:

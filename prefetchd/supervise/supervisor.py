@@ -320,6 +320,8 @@ class Supervisor:
         done += [shard for _, shard in retired]
         if done:
             record_delivered(self.layout, done)
+        for shard in done:  # a position covered it before its trainer freed it: no one reads it
+            self.layout.shard_mix(shard).unlink(missing_ok=True)
         for name, _ in retired:  # noted first: a crash in between leaves them, still delivered
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.layout.ram_done / name)
