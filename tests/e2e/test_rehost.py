@@ -38,9 +38,10 @@ def _old_run(
     write_config: Callable[..., Path],
     run_daemon: Callable[..., Any],
     records: int,
+    epoch: int,
 ) -> tuple[Path, list[list[int]]]:
-    """N hosts, each trainer killed about half way through its share of epoch 0: the directory
-    of their saved positions, and the records their checkpoints say they trained."""
+    """N hosts, each trainer killed about half way through its share of ``epoch``: the
+    directory of their saved positions, and the records their checkpoints say they trained."""
     positions = tmp_path / "positions"
     positions.mkdir()
     trained: list[list[int]] = []
@@ -48,7 +49,7 @@ def _old_run(
         home = tmp_path / f"old{index}"
         config = write_config(
             home,
-            epochs__count=2,
+            epochs__count=epoch + 2,
             sharding__num_workers=hosts,
             sharding__worker_index=index,
             output__shard_size="64KiB",
@@ -56,37 +57,39 @@ def _old_run(
         daemon = run_daemon(config)
         ckpt = home / "ckpt.json"
         crash = records // (2 * hosts) + 3 * index
-        args = (str(ckpt), "--epochs", "2", "--save-every", "7", "--crash-after", str(crash))
-        trainer = start_trainer(RESUME_TRAINER, config, home / "out.json", *args)
+        args = (str(ckpt), "--epochs", str(epoch + 2), "--save-every", "7")
+        crashing = ("--crash-after", str(crash), "--crash-epoch", str(epoch))
+        trainer = start_trainer(RESUME_TRAINER, config, home / "out.json", *args, *crashing)
         assert trainer.wait(120) == -signal.SIGKILL
         daemon.stop()
         saved = json.loads(ckpt.read_text())
-        assert saved["position"]["epoch"] == 0
-        assert saved["position"]["objects"]["epoch"] == 0
+        assert saved["position"]["epoch"] == epoch
+        assert saved["position"]["objects"]["epoch"] == epoch
         (positions / f"host{index}.json").write_text(json.dumps(saved["position"]))
         trained += saved["records"]
         shutil.rmtree(home / "state", ignore_errors=True)  # the old host is gone
     return positions, trained
 
 
-@pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 2)])
+@pytest.mark.parametrize(("old", "new", "epoch"), [(2, 3, 0), (3, 2, 0), (2, 3, 1)])
 def test_job_resumed_on_another_number_of_hosts_trains_each_record_once(
     old: int,
     new: int,
+    epoch: int,
     tmp_path: Path,
     upload: Callable[..., Any],
     write_config: Callable[..., Path],
     run_daemon: Callable[..., Any],
 ) -> None:
     dataset = upload("tfrecord", SIZES, seed=25)
-    positions, before = _old_run(tmp_path, old, write_config, run_daemon, dataset["records"])
+    positions, before = _old_run(tmp_path, old, write_config, run_daemon, dataset["records"], epoch)
     assert before, "the old trainers trained nothing before they were killed"
     daemons, trainers, outs = [], [], []
     for index in range(new):
         home = tmp_path / f"new{index}"
         config = write_config(
             home,
-            epochs__count=2,
+            epochs__count=epoch + 2,
             sharding__num_workers=new,
             sharding__worker_index=index,
             sharding__resume_from=str(positions),
@@ -94,7 +97,7 @@ def test_job_resumed_on_another_number_of_hosts_trains_each_record_once(
         )
         daemons.append(run_daemon(config))
         out = home / "out.json"
-        args = (str(home / "ckpt.json"), "--epochs", "2", "--save-every", "7")
+        args = (str(home / "ckpt.json"), "--epochs", str(epoch + 2), "--save-every", "7")
         trainers.append(start_trainer(RESUME_TRAINER, config, out, *args))
         outs.append(out)
     after = [finish_trainer(t, out)["records"] for t, out in zip(trainers, outs, strict=True)]
@@ -102,12 +105,15 @@ def test_job_resumed_on_another_number_of_hosts_trains_each_record_once(
         assert daemon.wait(120) == 0, daemon.output()
     ids = Counter(dataset["ids"])
     every = before + [r for host in after for r in host]
-    epoch0 = Counter(rid for e, rid in every if e == 0)
-    assert epoch0 == ids, "epoch 0: records lost or trained twice across the host change"
-    assert all(e in (0, 1) for e, _ in every)
-    split = [Counter(rid for e, rid in host if e == 1) for host in after]
-    assert sum(split, Counter()) == ids, "epoch 1: records lost or trained twice"
-    assert all(split), f"epoch 1 is not split {new} ways"
+    for earlier in range(epoch):  # the old hosts finished it; the new ones pass over it
+        assert Counter(rid for e, rid in before if e == earlier) == ids
+    assert all(e >= epoch for host in after for e, _ in host)
+    resumed = Counter(rid for e, rid in every if e == epoch)
+    assert resumed == ids, f"epoch {epoch}: records lost or trained twice across the host change"
+    assert all(e <= epoch + 1 for e, _ in every)
+    split = [Counter(rid for e, rid in host if e == epoch + 1) for host in after]
+    assert sum(split, Counter()) == ids, f"epoch {epoch + 1}: records lost or trained twice"
+    assert all(split), f"epoch {epoch + 1} is not split {new} ways"
 
 
 def test_a_missing_host_position_stops_the_daemon_with_one_line_naming_it(
