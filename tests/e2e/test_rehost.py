@@ -146,3 +146,48 @@ def test_a_missing_host_position_stops_the_daemon_with_one_line_naming_it(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "no position of host 1 of 3" in lines[0]
+
+
+def test_a_new_host_killed_inside_the_resumed_epoch_resumes_it_exactly_once(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """2 hosts resumed on 3; then new host 0's daemon and trainer are SIGKILLed inside the
+    resumed epoch and restarted with the same config: the daemon works out the same remainder
+    again, the trainer resumes from its own position, and still every record comes once."""
+    dataset = upload("tfrecord", SIZES, seed=27)
+    positions, before = _old_run(tmp_path, 2, write_config, run_daemon, dataset["records"], 0)
+    configs, daemons = [], []
+    for index in range(3):
+        config = write_config(
+            tmp_path / f"new{index}",
+            epochs__count=2,
+            sharding__num_workers=3,
+            sharding__worker_index=index,
+            sharding__resume_from=str(positions),
+            output__shard_size="64KiB",
+        )
+        configs.append(config)
+        daemons.append(run_daemon(config))
+    ckpts = [tmp_path / f"new{index}" / "ckpt.json" for index in range(3)]
+    args = [(str(ckpts[i]), "--epochs", "2", "--save-every", "7") for i in range(3)]
+    crashing = ("--crash-after", "40", "--crash-epoch", "0")
+    killed = start_trainer(RESUME_TRAINER, configs[0], tmp_path / "k.json", *args[0], *crashing)
+    assert killed.wait(120) == -signal.SIGKILL
+    daemons[0].kill_group(signal.SIGKILL)
+    daemons[0].wait(30)
+    saved = json.loads(ckpts[0].read_text())
+    assert saved["position"]["epoch"] == 0 and saved["position"]["objects"]["epoch"] == 0
+    daemons[0] = run_daemon(configs[0])
+    outs = [tmp_path / f"out{i}.json" for i in range(3)]
+    trainers = [start_trainer(RESUME_TRAINER, configs[0], outs[0], *args[0], "--resume")]
+    trainers += [start_trainer(RESUME_TRAINER, configs[i], outs[i], *args[i]) for i in (1, 2)]
+    after = [finish_trainer(t, out)["records"] for t, out in zip(trainers, outs, strict=True)]
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    every = before + saved["records"] + [r for host in after for r in host]
+    ids = Counter(dataset["ids"])
+    for epoch in (0, 1):
+        assert Counter(rid for e, rid in every if e == epoch) == ids, f"epoch {epoch}"
