@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prefetchd.config import Config
 from prefetchd.errors import ConfigError
+from prefetchd.layout import parse_shard_name
 
 Ranges = list[list[int]]  # sorted, disjoint, half-open [a, b), never empty ones
 
@@ -238,8 +239,10 @@ class HostPositions:
 
 
 def read_host_positions(config: Config) -> HostPositions:
-    """The positions in ``sharding.resume_from`` (``*.json``, one or more per old host: the
-    positions of several trainer processes of a host are added up). Raises ``ResumeError``."""
+    """The positions in ``sharding.resume_from``: its ``*.json`` files, each a position or any
+    JSON holding positions (a DataLoader state saved as JSON: one per worker); the positions
+    of several trainer processes (and workers) of a host are added up. Raises
+    ``ResumeError``."""
     directory = config.sharding.resume_from
     assert directory is not None
     where = f"sharding.resume_from ({directory})"
@@ -251,23 +254,24 @@ def read_host_positions(config: Config) -> HostPositions:
     by_host: dict[int, list[tuple[Path, Mapping[str, Any]]]] = {}
     counts: set[int] = set()
     for path in files:
-        raw = _load(path, where)
-        job = raw.get("job")
-        if not isinstance(job, Mapping) or not isinstance(job.get("host"), list):
-            raise ResumeError(f"{path}: not a position naming its host (saved before version 2)")
-        if job.get("dataset") != dataset or job.get("seed") != seed:
-            raise ResumeError(
-                f"{path}: a position of another dataset or epochs.seed than this config's"
-            )
-        index, count = job["host"]
-        resumed = job.get("resumed")
-        if isinstance(resumed, int) and _epoch(raw) <= resumed:
-            raise ResumeError(
-                f"{path}: a position inside epoch {resumed}, which its job resumed from another "
-                "number of hosts: change the number of hosts again only once that epoch is over"
-            )
-        counts.add(count)
-        by_host.setdefault(index, []).append((path, raw))
+        for raw in _load(path, where):
+            job = raw.get("job")
+            if not isinstance(job, Mapping) or not isinstance(job.get("host"), list):
+                raise ResumeError(f"{path}: not a position naming its host (version 1)")
+            if job.get("dataset") != dataset or job.get("seed") != seed:
+                raise ResumeError(
+                    f"{path}: a position of another dataset or epochs.seed than this config's"
+                )
+            index, count = job["host"]
+            resumed = job.get("resumed")
+            if isinstance(resumed, int) and _epoch(raw) <= resumed:
+                raise ResumeError(
+                    f"{path}: a position inside epoch {resumed}, which its job resumed from "
+                    "another number of hosts: change the number of hosts again only once that "
+                    "epoch is over"
+                )
+            counts.add(count)
+            by_host.setdefault(index, []).append((path, raw))
     if not by_host:
         raise ResumeError(f"{where}: no position (*.json) in it")
     if len(counts) != 1:
@@ -280,13 +284,13 @@ def read_host_positions(config: Config) -> HostPositions:
                 f"([worker_index, num_workers] = [{index}, {count}]): keep the positions of every "
                 "host; without it that host's records would be trained twice or never"
             )
-    epochs = {i: min(_epoch(raw) for _, raw in saved) for i, saved in by_host.items()}
-    epoch = min(epochs.values())
+    epoch = min(_epoch(raw) for saved in by_host.values() for _, raw in saved)
     progress: dict[int, ObjectProgress] = {}
     finished: set[int] = set()
     for index, saved in sorted(by_host.items()):
-        if epochs[index] > epoch:
-            _check_ahead(saved, epoch, index)
+        if all(_epoch(raw) > epoch for _, raw in saved):
+            for path, raw in saved:
+                _check_ahead(path, raw, epoch, index)
             finished.add(index)
             continue
         total = ObjectProgress(epoch)
@@ -304,14 +308,31 @@ def resume_epoch(config: Config) -> int | None:
     return read_host_positions(config).epoch
 
 
-def _load(path: Path, where: str) -> Mapping[str, Any]:
+def _load(path: Path, where: str) -> list[Mapping[str, Any]]:
+    """The positions in the JSON file at ``path`` (itself one, or any structure holding some)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ResumeError(f"{path}: not a saved prefetchd position ({exc})") from None
-    if not isinstance(raw, Mapping) or raw.get("version") != 2:
-        raise ResumeError(f"{path}: not a position of version 2 ({where})")
-    return raw
+    found = list(_positions(raw))
+    if not found:
+        raise ResumeError(f"{path}: holds no prefetchd position ({where})")
+    for position in found:
+        if position.get("version") != 2:
+            raise ResumeError(f"{path}: a position of version {position.get('version')!r}, not 2")
+    return found
+
+
+def _positions(raw: Any) -> Iterator[Mapping[str, Any]]:
+    if isinstance(raw, Mapping):
+        if isinstance(raw.get("version"), int) and "consumed" in raw and "epoch" in raw:
+            yield raw
+            return
+        for value in raw.values():
+            yield from _positions(value)
+    elif isinstance(raw, list):
+        for value in raw:
+            yield from _positions(value)
 
 
 def _epoch(raw: Mapping[str, Any]) -> int:
@@ -319,38 +340,52 @@ def _epoch(raw: Mapping[str, Any]) -> int:
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else 0
 
 
-def _progress(path: Path, raw: Mapping[str, Any], epoch: int) -> ObjectProgress:
-    """What the position at ``path`` finished of ``epoch``."""
+def _objects(path: Path, raw: Mapping[str, Any]) -> ObjectProgress | None:
     objects = raw.get("objects")
     if objects is None:
-        if raw.get("consumed") or any(raw.get("records", {}).values()):
-            raise ResumeError(
-                f"{path}: this position has no objects (saved by a trainer that does not "
-                "keep them, or before this release): it cannot resume on another number of hosts"
-            )
-        return ObjectProgress(epoch)
+        return None
     try:
         progress = ObjectProgress.from_json(objects)
     except ValueError as exc:
         raise ResumeError(f"{path}: {exc}") from None
     if progress.unknown is not None:
         raise ResumeError(f"{path}: its objects are unknown: {progress.unknown}")
-    if progress.epoch != epoch:
-        return ObjectProgress(epoch)  # nothing of this epoch trained yet
     return progress
 
 
-def _check_ahead(saved: list[tuple[Path, Mapping[str, Any]]], epoch: int, index: int) -> None:
-    """A host whose positions are past ``epoch`` finished it; it must not have trained
+def _trained_in(raw: Mapping[str, Any], epoch: int) -> bool:
+    """Whether the position names a shard of ``epoch`` it trained records of."""
+    names = [*raw.get("consumed", []), *(n for n, k in raw.get("records", {}).items() if k)]
+    epochs = [parsed.epoch for n in names if isinstance(n, str) and (parsed := parse_shard_name(n))]
+    return epoch in epochs
+
+
+def _progress(path: Path, raw: Mapping[str, Any], epoch: int) -> ObjectProgress:
+    """What the position at ``path`` finished of ``epoch`` (its own epoch, or the one it
+    finished last: a DataLoader worker whose pass over ``epoch`` ended keeps its objects)."""
+    progress = _objects(path, raw)
+    if progress is not None and progress.epoch == epoch:
+        return progress
+    if _epoch(raw) == epoch and not _trained_in(raw, epoch):
+        return ObjectProgress(epoch)  # nothing of this epoch trained yet
+    raise ResumeError(
+        f"{path}: this position trained records of epoch {epoch} but does not say which "
+        "objects (saved by a trainer that does not keep them, or by an older release): it "
+        "cannot resume on another number of hosts"
+    )
+
+
+def _check_ahead(path: Path, raw: Mapping[str, Any], epoch: int, index: int) -> None:
+    """A host all of whose positions are past ``epoch`` finished it; it must not have trained
     anything of the next, which the new hosts could not know."""
-    for path, raw in saved:
-        objects = raw.get("objects")
-        trained = bool(raw.get("consumed") or any(raw.get("records", {}).values()))
-        if isinstance(objects, Mapping) and objects.get("epoch") == _epoch(raw):
-            trained = trained or bool(objects.get("done") or objects.get("partial"))
-        if _epoch(raw) > epoch + 1 or trained:
-            raise ResumeError(
-                f"{path}: host {index} is in epoch {_epoch(raw)} and another host in epoch "
-                f"{epoch}: resume with another number of hosts from positions of one epoch "
-                "(save them at an epoch's end, or all at one step)"
-            )
+    later = _epoch(raw)
+    progress = _objects(path, raw)
+    trained = _trained_in(raw, later) or (
+        progress is not None and progress.epoch == later and bool(progress.done or progress.partial)
+    )
+    if later > epoch + 1 or trained:
+        raise ResumeError(
+            f"{path}: host {index} is in epoch {later} and another host in epoch {epoch}: "
+            "resume with another number of hosts from positions of one epoch (save them at an "
+            "epoch's end, or all at one step)"
+        )

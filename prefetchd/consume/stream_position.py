@@ -77,6 +77,8 @@ class StreamPosition:
         # which objects of the epoch the covered shards held (positions, for a resume on
         # another number of hosts; progress.py): carried over from the saved position
         self.progress: ObjectProgress | None = None
+        self._folded: set[str] = set()  # claims ``snapshot`` added to ``progress`` already
+        self.handed = 0  # claims handed out, kept or not
         if saved is not None:
             objects = saved.objects
             self.progress = (
@@ -92,6 +94,7 @@ class StreamPosition:
 
     def yielded(self, claimed: str) -> None:
         """The stream hands out ``claimed``: a resumable one keeps it until covered."""
+        self.handed += 1
         if self.resumable:
             with self._lock:
                 self._since.append(claimed)
@@ -157,10 +160,15 @@ class StreamPosition:
         first ``records[shard]`` records of each shard in progress."""
         if self.progress is None:
             return None
+        reading = {p.epoch for p in map(parse_shard_name, records) if p is not None}
         if self.progress.epoch == epoch:
             view = self.progress.copy()
-        elif self.progress.epoch < epoch:
+        elif self.progress.epoch < epoch and epoch in reading:
             view = ObjectProgress(epoch)  # no shard of ``epoch`` covered yet
+        elif self.progress.epoch < epoch:
+            # past the end of the last epoch it read (a DataLoader worker's ended pass): what it
+            # trained of that one, which a resume on other hosts adds to its host's
+            return self.progress.to_json()
         else:
             view = ObjectProgress(epoch, unknown="a shard of an earlier epoch is kept")
         for shard, trained in sorted(records.items()):
@@ -207,10 +215,16 @@ class StreamPosition:
             self._covered, self._since = [], kept
             done = kept[: max(0, len(kept) - unfinished)]
             reading = kept[len(done) :]
+            # Each claim's mix is read once, the first time it is done (not at every batch).
+            fresh = [c for c in done if c not in self._folded]
+            self._folded = {c for c in self._folded if c in kept} | set(fresh)
+        for claim in map(parse_claim_name, fresh):
+            if claim is not None:
+                self._fold(claim[1], None)
         consumed = [c[1] for c in map(parse_claim_name, done) if c] + sorted(self.skip)
         in_progress = [c[1] for c in map(parse_claim_name, reading) if c] + list(records)
         epochs = [p[0] for p in map(parse_shard_name, in_progress) if p is not None]
-        return self._json(min([self.epoch, *epochs]), consumed, records)
+        return self._json(min([self.epoch, *epochs]), consumed, records, objects=True)
 
     def start_keeping(self, reading: str | None) -> None:
         """Become resumable now: keep what is yielded from here on, and ``reading``, the claim
@@ -218,7 +232,10 @@ class StreamPosition:
         if self.resumable:
             return
         self.resumable = True
-        self.progress = ObjectProgress(self.epoch, unknown="the stream became resumable late")
+        # what was handed out before is not kept, nor known: unless nothing was
+        late = "the stream became resumable after it had handed out shards"
+        unknown = late if self.handed else None
+        self.progress = ObjectProgress(self.epoch, unknown=unknown)
         if reading is not None:
             with self._lock:
                 self._since.append(reading)
@@ -290,6 +307,12 @@ class StreamPosition:
         process lives on (the trainer's main process), so the daemon does not take them back."""
         with self._lock:
             kept, self._covered, self._since = self._covered + self._since, [], []
+            fresh = [c for c in kept if c not in self._folded]
+            self._folded = set()
+        for claimed in fresh:  # the pass ended: all of them were read
+            parsed = parse_claim_name(claimed)
+            if parsed is not None:
+                self._fold(parsed[1], None)
         for claimed in kept:
             parsed = parse_claim_name(claimed)
             if parsed is None or parsed[0] == holder:

@@ -28,6 +28,7 @@ from testkit.trainers import finish_trainer, start_trainer
 pytestmark = pytest.mark.e2e
 
 RESUME_TRAINER = "tests.e2e.records_resume_trainer"
+TORCH_TRAINER = "tests.e2e.torch_resume_trainer"
 KIB = 1024
 SIZES = [(10 + (i * 7) % 31) * KIB for i in range(36)]
 
@@ -191,3 +192,61 @@ def test_a_new_host_killed_inside_the_resumed_epoch_resumes_it_exactly_once(
     ids = Counter(dataset["ids"])
     for epoch in (0, 1):
         assert Counter(rid for e, rid in every if e == epoch) == ids, f"epoch {epoch}"
+
+
+def test_a_torch_job_with_dataloader_workers_resumes_on_another_number_of_hosts(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """2 hosts of a PyTorch job (``StatefulDataLoader``, 2 workers each) SIGKILLed mid-epoch,
+    their loader states saved as JSON; resumed on 3 hosts: every record once."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchdata.stateful_dataloader")
+    dataset = upload("tfrecord", SIZES, seed=28)
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    before: list[int] = []
+    for index in range(2):
+        home = tmp_path / f"old{index}"
+        config = write_config(
+            home,
+            epochs__count=1,
+            sharding__num_workers=2,
+            sharding__worker_index=index,
+            output__shard_size="64KiB",
+        )
+        daemon = run_daemon(config)
+        ckpt = home / "ckpt.pt"
+        args = (str(ckpt), "--workers", "2", "--crash-after", str(9 + index))
+        trainer = start_trainer(TORCH_TRAINER, config, home / "out.json", *args)
+        assert trainer.wait(300) == -signal.SIGKILL
+        daemon.stop()
+        saved = torch.load(ckpt, weights_only=False)
+        # what a torch user keeps for a host change: the loader's state, as JSON
+        (positions / f"host{index}.json").write_text(json.dumps(saved["loader"]))
+        before += saved["records"]
+        shutil.rmtree(home / "state", ignore_errors=True)
+    assert 0 < len(before) < dataset["records"]
+    trainers, outs, daemons = [], [], []
+    for index in range(3):
+        home = tmp_path / f"new{index}"
+        config = write_config(
+            home,
+            epochs__count=1,
+            sharding__num_workers=3,
+            sharding__worker_index=index,
+            sharding__resume_from=str(positions),
+            output__shard_size="64KiB",
+        )
+        daemons.append(run_daemon(config))
+        outs.append(home / "out.json")
+        trainers.append(
+            start_trainer(TORCH_TRAINER, config, outs[-1], str(home / "ckpt.pt"), "--workers", "2")
+        )
+    after = [finish_trainer(t, out)["records"] for t, out in zip(trainers, outs, strict=True)]
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    got = Counter(before) + Counter(rid for host in after for _, rid in host)
+    assert got == Counter(dataset["ids"]), "records lost or trained twice across the host change"

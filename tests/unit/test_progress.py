@@ -136,7 +136,7 @@ def test_positions_of_another_dataset_or_without_objects_are_refused(tmp_path: P
     positions.mkdir()
     plain = unit_config(tmp_path)
     _save(positions, plain, 0, 1, consumed=["e00000-w00-0000001.tfrecord"])
-    with pytest.raises(ResumeError, match="has no objects"):
+    with pytest.raises(ResumeError, match="does not say which objects"):
         read_host_positions(_config(tmp_path, positions, 2))
     other = unit_config(tmp_path, epochs={"seed": 5})
     _save(positions, other, 0, 1)
@@ -199,3 +199,37 @@ def test_the_new_hosts_split_exactly_what_the_old_ones_left(
             assert key not in got
             got[key] = remainder.skips.get(row)
     assert got == expected
+
+
+def test_a_dataloader_state_saved_as_json_gives_every_workers_position(tmp_path: Path) -> None:
+    """A loader state holds one position per worker; a worker whose pass ended is at the next
+    epoch and keeps the objects of the one it finished: they add up to the host's."""
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    plain = unit_config(tmp_path)
+    job = {**job_tag(plain), "host": [0, 1]}
+    first, second = ObjectProgress(0), ObjectProgress(0)
+    first.add(0, 0, 5, 5)
+    second.add(1, 0, 2, None)
+    workers = {
+        "worker_0": {
+            "version": 2,
+            "epoch": 1,
+            "consumed": [],
+            "job": job,
+            "objects": first.to_json(),
+        },
+        "worker_1": {
+            "version": 2,
+            "epoch": 0,
+            "consumed": [],
+            "job": job,
+            "records": {"e00000-w00-0000003.tfrecord": 2},
+            "objects": second.to_json(),
+        },
+    }
+    state = {"_snapshot": {"_worker_snapshots": workers, "_main_snapshot": {"steps": 3}}}
+    (positions / "host0.rank0.json").write_text(json.dumps(state))
+    hosts = read_host_positions(_config(tmp_path, positions, 2))
+    assert hosts.epoch == 0 and hosts.num_workers == 1
+    assert hosts.progress[0].done == [[0, 1]] and hosts.progress[0].partial == {1: [[0, 2]]}
