@@ -76,6 +76,7 @@ class Supervisor:
         self.lifecycle = Lifecycle(self.children, self._start_process)
         self.state = DaemonState.STARTING  # then only DAEMON.move changes it
         self.reason: str | None = None
+        self.job_resumed: str | None = None  # sharding.resume_from: which job, which epoch
         # once done and the children's final counters are in: (outcome, summary), outcome.py
         self.outcome: tuple[str, str] | None = None
         self.signals: deque[int] = deque()
@@ -184,6 +185,11 @@ class Supervisor:
         # the old hosts' positions are checked before anything is touched (exit 2 naming
         # what is missing), and the epochs they finished are this job's too
         rehost = read_host_positions(self.config) if self.config.sharding.resume_from else None
+        if rehost is not None:
+            self.job_resumed = (
+                f"resumed epoch {rehost.epoch} of a job of {rehost.num_workers} hosts "
+                f"(positions in {self.config.sharding.resume_from})"
+            )
         if resume:
             log.info("resuming the unfinished job found in %s", self.layout.state)
         else:
@@ -590,6 +596,7 @@ class Supervisor:
             consumer_wait_s=round(wait_total, 3),
             consumer_wait_ratio=round(wait_ratio, 3),
             trainers_resumed="; ".join(resumed)[:400] or None,
+            job_resumed=self.job_resumed,
             children={
                 c.name: _child_status(c, c.last_report or ChildReport(), now) for c in self.children
             },

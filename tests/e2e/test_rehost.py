@@ -115,6 +115,8 @@ def test_job_resumed_on_another_number_of_hosts_trains_each_record_once(
     split = [Counter(rid for e, rid in host if e == epoch + 1) for host in after]
     assert sum(split, Counter()) == ids, f"epoch {epoch + 1}: records lost or trained twice"
     assert all(split), f"epoch {epoch + 1} is not split {new} ways"
+    status = json.loads((tmp_path / "new0" / "state" / "status.json").read_text())
+    assert status["job_resumed"].startswith(f"resumed epoch {epoch} of a job of {old} hosts")
 
 
 def test_a_missing_host_position_stops_the_daemon_with_one_line_naming_it(
