@@ -145,7 +145,8 @@ class Downloader:
         try:
             for obj in list_share(client, listing, listed=self._listed):
                 share.append(obj)
-                oversized.add(obj.key, obj.size)
+                if hosts is None:
+                    oversized.add(obj.key, obj.size)
             share.finish()
         except RuntimeFailure:
             raise
@@ -155,6 +156,8 @@ class Downloader:
         if hosts is not None:
             share, remainder = split_remainder(share, self.config, hosts)
             self.plan.remainder = remainder
+            for obj in share:  # this host's objects only, as without resume_from
+                oversized.add(obj.key, obj.size)
             log.info(
                 "resuming epoch %d of a job of %d hosts: %d objects of this host's share left "
                 "(%d finished by the old hosts, %d records of objects begun left out)",
