@@ -29,6 +29,7 @@ pytestmark = pytest.mark.e2e
 
 RESUME_TRAINER = "tests.e2e.records_resume_trainer"
 TORCH_TRAINER = "tests.e2e.torch_resume_trainer"
+KERAS_TRAINER = "tests.e2e.keras_trainer"
 KIB = 1024
 SIZES = [(10 + (i * 7) % 31) * KIB for i in range(36)]
 
@@ -252,3 +253,70 @@ def test_a_torch_job_with_dataloader_workers_resumes_on_another_number_of_hosts(
         assert daemon.wait(120) == 0, daemon.output()
     got = Counter(before) + Counter(rid for host in after for _, rid in host)
     assert got == Counter(dataset["ids"]), "records lost or trained twice across the host change"
+
+
+def _keras_lines(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+def test_a_keras_job_resumes_on_another_number_of_hosts(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """2 hosts of a Keras job (``model.fit`` with ``PositionCheckpoint``, whose position is
+    a ``TrainingPosition``'s) SIGKILLed in epoch 0; resumed on 3 hosts from the positions saved
+    with the last checkpoints: epoch 0's records once in all, epoch 1's once on the new hosts."""
+    pytest.importorskip("tensorflow")
+    dataset = upload("tfrecord", SIZES, seed=29)
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    before: list[int] = []
+    for index in range(2):
+        home = tmp_path / f"old{index}"
+        config = write_config(
+            home,
+            epochs__count=2,
+            sharding__num_workers=2,
+            sharding__worker_index=index,
+            output__shard_size="64KiB",
+        )
+        daemon = run_daemon(config)
+        out, checkpoints = home / "fit.jsonl", home / "ckpt"
+        args = (str(checkpoints), "--epochs", "2", "--save-freq", "3", "--die-at", "0:7")
+        assert start_trainer(KERAS_TRAINER, config, out, *args).wait(300) == -signal.SIGKILL
+        daemon.stop()
+        lines = _keras_lines(out)
+        marks = [i for i, line in enumerate(lines) if line.get("saved")]
+        assert marks, "no checkpoint before the kill"
+        before += [rid for line in lines[: marks[-1]] for rid in line.get("ids", [])]
+        shutil.copy(checkpoints / "prefetchd-position.json", positions / f"host{index}.json")
+        shutil.rmtree(home / "state", ignore_errors=True)
+    trainers, outs, daemons = [], [], []
+    for index in range(3):
+        home = tmp_path / f"new{index}"
+        config = write_config(
+            home,
+            epochs__count=2,
+            sharding__num_workers=3,
+            sharding__worker_index=index,
+            sharding__resume_from=str(positions),
+            output__shard_size="64KiB",
+        )
+        daemons.append(run_daemon(config))
+        outs.append(home / "fit.jsonl")
+        fit = (str(home / "ckpt"), "--epochs", "2", "--save-freq", "3")
+        trainers.append(start_trainer(KERAS_TRAINER, config, outs[-1], *fit))
+    for trainer in trainers:
+        assert trainer.wait(300) == 0
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    after = [line for out in outs for line in _keras_lines(out)]
+    ids = Counter(dataset["ids"])
+    epoch0 = Counter(before) + Counter(
+        rid for line in after if line.get("epoch") == 0 for rid in line.get("ids", [])
+    )
+    assert epoch0 == ids, "epoch 0: records lost or trained twice across the host change"
+    epoch1 = Counter(rid for line in after if line.get("epoch") == 1 for rid in line.get("ids", []))
+    assert epoch1 == ids, "epoch 1: records lost or trained twice"
