@@ -300,14 +300,6 @@ def read_host_positions(config: Config) -> HostPositions:
     return HostPositions(count, epoch, progress, finished)
 
 
-def resume_epoch(config: Config) -> int | None:
-    """The epoch a job resumed from ``sharding.resume_from`` starts with (None: not resumed
-    so). Raises ``ResumeError``."""
-    if config.sharding.resume_from is None:
-        return None
-    return read_host_positions(config).epoch
-
-
 def _load(path: Path, where: str) -> list[Mapping[str, Any]]:
     """The positions in the JSON file at ``path`` (itself one, or any structure holding some)."""
     try:
