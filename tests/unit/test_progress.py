@@ -233,3 +233,17 @@ def test_a_dataloader_state_saved_as_json_gives_every_workers_position(tmp_path:
     hosts = read_host_positions(_config(tmp_path, positions, 2))
     assert hosts.epoch == 0 and hosts.num_workers == 1
     assert hosts.progress[0].done == [[0, 1]] and hosts.progress[0].partial == {1: [[0, 2]]}
+
+
+def test_prefetchd_check_says_whether_the_positions_are_all_there(tmp_path: Path) -> None:
+    from prefetchd.commands.check import _check_resume_from
+
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    plain = unit_config(tmp_path)
+    _save(positions, plain, 0, 2, objects={"epoch": 0, "done": [], "partial": {}})
+    missing = _check_resume_from(_config(tmp_path, positions, 3))
+    assert missing.level == "fail" and "no position of host 1 of 2" in missing.message
+    _save(positions, plain, 1, 2)
+    found = _check_resume_from(_config(tmp_path, positions, 3))
+    assert found.level == "ok" and "all 2 hosts" in found.message
