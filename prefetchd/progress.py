@@ -37,6 +37,7 @@ from prefetchd.errors import ConfigError
 from prefetchd.layout import parse_shard_name
 
 Ranges = list[list[int]]  # sorted, disjoint, half-open [a, b), never empty ones
+ALL_TRAINED: Ranges = [[0, -1]]  # ``ObjectProgress.trained``: every record of the object
 
 
 def add_range(ranges: Ranges, start: int, stop: int) -> None:
@@ -115,10 +116,10 @@ class ObjectProgress:
         self.unknown = self.unknown or other.unknown
 
     def trained(self, ordinal: int) -> Ranges | None:
-        """The record ranges trained of object ``ordinal``: None if none, ``[[0, -1]]`` if
+        """The record ranges trained of object ``ordinal``: None if none, ``ALL_TRAINED`` if
         all of them."""
         if in_ranges(self.done, ordinal):
-            return [[0, -1]]
+            return ALL_TRAINED
         ranges = self.partial.get(ordinal)
         return [list(r) for r in ranges] if ranges else None
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from prefetchd.config import Config
 from prefetchd.download.order import epoch_permutation, host_of
 from prefetchd.download.share import ShareTable
-from prefetchd.progress import HostPositions, Ranges
+from prefetchd.progress import ALL_TRAINED, HostPositions, Ranges
 
 
 @dataclass
@@ -72,7 +72,7 @@ def split_remainder(
             trained += 1
             continue
         ranges = hosts.progress[h].trained(ordinals[h][rank[row]])
-        if ranges == [[0, -1]]:
+        if ranges is ALL_TRAINED:
             trained += 1
             continue
         if ranges:

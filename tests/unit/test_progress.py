@@ -19,6 +19,7 @@ from prefetchd.download.share import ShareTable
 from prefetchd.kernel import choice
 from prefetchd.messages.shard_mix import ShardMix, ShardPart
 from prefetchd.progress import (
+    ALL_TRAINED,
     ObjectProgress,
     ResumeError,
     add_range,
@@ -45,7 +46,7 @@ def test_an_object_is_done_once_every_record_up_to_its_last_was_trained() -> Non
     progress.add(7, 20, 5, 25)  # its last part, trained before the middle one
     assert progress.trained(7) == [[0, 10], [20, 25]]
     progress.add(7, 10, 10, None)
-    assert progress.trained(7) == [[0, -1]] and progress.done == [[7, 8]]
+    assert progress.trained(7) is ALL_TRAINED and progress.done == [[7, 8]]
     progress.add(8, 0, 0, 0)  # an object without records, drained
     assert progress.done == [[7, 9]] and not progress.partial
     again = ObjectProgress.from_json(json.loads(json.dumps(progress.to_json())))
