@@ -66,6 +66,9 @@ class SourceConfig:
 class ShardingConfig:
     num_workers: int = 1
     worker_index: int = 0
+    # the saved positions of every host of a job run with another num_workers, to resume its
+    # interrupted epoch from (docs/multi-worker.md, "Resuming with another number of hosts")
+    resume_from: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,7 @@ def config_from_dict(
     if "source" not in data:
         raise ConfigError("source.url is required")
     sharding = _resolve_sharding(data.get("sharding") or {}, trainer=trainer)
+    sharding = replace(sharding, resume_from=sections["sharding"].resume_from)
     config = Config(**{**sections, "sharding": sharding}, path=path)
     _check_cross_fields(config)
     output = data.get("output") or {}
@@ -464,7 +468,11 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
     ),
     "sharding": (
         ShardingConfig,
-        {"num_workers": _Spec(_num_workers), "worker_index": _Spec(_int_in(0, 99_999))},
+        {
+            "num_workers": _Spec(_num_workers),
+            "worker_index": _Spec(_int_in(0, 99_999)),
+            "resume_from": _Spec(_optional(_path)),
+        },
     ),
     "epochs": (
         EpochsConfig,

@@ -213,7 +213,8 @@ class TrainingPosition:
             records = dict(self._skip)
             records.update((s.name, s.done) for s in self._reading if s.done)
         if self._stream is not None:
-            self._base = self._stream.position(finished=finished)
+            # records too: the objects a position keeps count the shards in progress' as well
+            self._base = self._stream.position(finished=finished, records=records)
         return {**self._base, "records": records}
 
     def save(self, path: str | os.PathLike[str], *, free_past_epochs: bool = True) -> None:

@@ -25,8 +25,6 @@ finished, for a changed number of hosts) without breaking this one.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,23 +32,10 @@ from typing import Any
 from prefetchd.config import Config
 from prefetchd.errors import PositionError
 from prefetchd.layout import parse_shard_name
+from prefetchd.progress import ObjectProgress, job_tag
 
 POSITION_VERSION = 2
 _READABLE = (1, 2)
-
-
-def job_tag(config: Config) -> dict[str, Any]:
-    """What a position is only valid for: the dataset (a hash of what selects and parses its
-    records), the shuffle seed, and this host's share (``[worker_index, num_workers]``)."""
-    src = config.source
-    dataset = [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
-    digest = hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
-    epochs, sharding = config.epochs, config.sharding
-    return {
-        "dataset": digest,
-        "seed": epochs.seed if epochs.shuffle else None,
-        "host": [sharding.worker_index, sharding.num_workers],
-    }
 
 
 def check_job(raw: Mapping[str, Any], config: Config) -> None:
@@ -74,7 +59,8 @@ def check_job(raw: Mapping[str, Any], config: Config) -> None:
         index, count = here["host"]
         raise PositionError(
             f"position is of host {saved.get('host')} ([worker_index, num_workers]) and this "
-            f"config is host [{index}, {count}]: load each host's own position"
+            f"config is host [{index}, {count}]: load each host's own position (to resume on "
+            "another number of hosts, give every host's to sharding.resume_from)"
         )
 
 
@@ -90,6 +76,9 @@ class Position:
     claimant: str | None = None
     job: Mapping[str, Any] | None = None
     holder: str | None = None  # the claimant its ended streams' shards were handed to
+    # which of the host's objects of ``epoch`` were trained (``progress.ObjectProgress``), for
+    # a resume on another number of hosts; None: not kept by the trainer that saved it
+    objects: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -104,6 +93,8 @@ class Position:
             out["claimant"] = self.claimant
         if self.holder is not None:
             out["holder"] = self.holder
+        if self.objects is not None:
+            out["objects"] = dict(self.objects)
         return out
 
 
@@ -134,7 +125,13 @@ def parse_position(raw: Mapping[str, Any], config: Config | None = None) -> Posi
         job = job_tag(config)
         if isinstance(saved_job, Mapping) and saved_job.get("id"):
             job["id"] = saved_job["id"]  # the daemon's job: checked under its fence
-    return Position(epoch, frozenset(consumed), records, claimant, job, holder)
+    objects = raw.get("objects")
+    if objects is not None:
+        try:
+            ObjectProgress.from_json(objects)
+        except ValueError as exc:
+            raise PositionError(f"position: {exc}") from None
+    return Position(epoch, frozenset(consumed), records, claimant, job, holder, objects)
 
 
 def job_id(position: Position) -> str | None:

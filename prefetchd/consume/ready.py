@@ -24,7 +24,7 @@ from prefetchd.consume.claims import epoch_over, ready_names
 from prefetchd.consume.health import DaemonHealth, wait_for_dirs
 from prefetchd.consume.job_guard import JobGuard
 from prefetchd.consume.releaser import ShardReleaser
-from prefetchd.consume.stream_position import Position, StreamPosition, job_tag, parse_position
+from prefetchd.consume.stream_position import Position, StreamPosition, parse_position
 from prefetchd.fence import read_fence
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
@@ -33,6 +33,7 @@ from prefetchd.layout import (
     epoch_prefix,
     parse_claim_name,
 )
+from prefetchd.progress import job_tag
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,13 @@ class ReadyFiles(Iterator[str]):
     def __next__(self) -> str:
         return next(self._stream)
 
-    def position(self, *, finished: int | None = None, unfinished: int = 0) -> dict[str, Any]:
+    def position(
+        self,
+        *,
+        finished: int | None = None,
+        unfinished: int = 0,
+        records: Mapping[str, int] | None = None,
+    ) -> dict[str, Any]:
         """A small JSON-able state to save with the trainer's checkpoint (resumable streams).
 
         ``finished``: cover only the first that many paths yielded since the last position();
@@ -126,7 +133,7 @@ class ReadyFiles(Iterator[str]):
         until a later position covers them. May be called from another thread than the one
         iterating.
         """
-        return self._kept.position(finished, unfinished)
+        return self._kept.position(finished, unfinished, records)
 
     def snapshot(
         self, *, unfinished: int = 0, records: Mapping[str, int] | None = None

@@ -17,6 +17,7 @@ from prefetchd.config import Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
 from prefetchd.download.order import epoch_permutation
+from prefetchd.download.rehost import Remainder
 from prefetchd.download.share import ShareTable
 from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.exactly_once.markers import first_epoch_without, mark_downloaded
@@ -73,6 +74,8 @@ class EpochPlan:
         self.epochs: dict[int, EpochProgress] = {}
         self.first_epoch = 0  # the first epoch this run schedules
         self.refetch: set[str] = set()  # logged as published, found gone at start-up
+        # resumed on another number of hosts: what is left of the interrupted epoch
+        self.remainder: Remainder | None = None
 
     def jobs(self) -> Iterator[Job]:
         """A job per object still to fetch, epoch after epoch (for ever without epochs.count)."""
@@ -106,6 +109,7 @@ class EpochPlan:
                 digest = key_hash(bucket, obj.key)
                 name = object_name(epoch, seq, digest)
                 job = Job(epoch, seq, obj, name, self.layout.download_part(name))
+                job.skip = self._skip(epoch, row)
                 if first:
                     job.part_size, first = self._first_part_size(obj.size), False
                 yield job
@@ -115,6 +119,8 @@ class EpochPlan:
 
     def order(self, epoch: int) -> array[int]:
         """Rows of the share in ``epoch``'s order."""
+        if self.remainder is not None and epoch == self.remainder.epoch:
+            return self.remainder.rows
         return epoch_permutation(
             len(self.share),
             seed=self.config.epochs.seed,
@@ -129,8 +135,17 @@ class EpochPlan:
         if parsed is None or parsed[0] not in self.epochs:
             return None
         epoch, seq, _ = parsed
-        obj = self.share[self.order(epoch)[seq]]
-        return Job(epoch, seq, obj, name, self.layout.download_part(name))
+        row = self.order(epoch)[seq]
+        job = Job(epoch, seq, self.share[row], name, self.layout.download_part(name))
+        job.skip = self._skip(epoch, row)
+        return job
+
+    def _skip(self, epoch: int, row: int) -> list[list[int]] | None:
+        """The records of the object at ``row`` trained before a resume on another number of
+        hosts (the writer leaves them out)."""
+        if self.remainder is None or epoch != self.remainder.epoch:
+            return None
+        return self.remainder.skips.get(row)
 
     def mark_done(self, job: Job) -> None:
         """``job`` is published or skipped (and logged as such)."""

@@ -28,6 +28,7 @@ every object of epoch k is logged, it writes ``epochs/<k>.downloaded``.
 on only writer i reads it. **It publishes a shard** (``Publisher.publish``, ``write/publish.py``):
 
 1. ``.tmp/<shard>.part`` flushed and truncated to its records (complete, not yet visible),
+   and ``shards/<shard>.mix`` written (which objects it holds; for positions, not the commit),
 2. ``<shard> <records>`` appended to the ledger ``shards/e<k>.w<i>.log`` and fsynced,
 3. one line appended to ``journal/w<i>.log`` and fsynced — **the commit point**: the shard
    name, its counter, the records taken so far from every object still open, and the objects

@@ -49,6 +49,8 @@ A start-up sweep deletes only names ``names.is_own_file`` recognises as ours.
         shards/e<k>.w<i>.log      shards of epoch k writer i published (the shard ledger,
                                   exactly_once/ledger.py)
         shards/e<k>.delivered     shards of epoch k trainers finished (written by the supervisor)
+        shards/<shard>.mix        which objects <shard> holds, record by record (written by its
+                                  writer before the commit; messages/shard_mix.py)
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ from prefetchd.layout.names import (
     parse_shard_name,
     part_name,
     published_ledger_name,
+    shard_mix_name,
+    shard_mix_of,
     shard_name,
     unmeta,
     unpart,
@@ -156,6 +160,8 @@ __all__ = [
     "parse_shard_name",
     "part_name",
     "published_ledger_name",
+    "shard_mix_name",
+    "shard_mix_of",
     "shard_name",
     "unmeta",
     "unpart",
@@ -345,6 +351,19 @@ class Layout:
 
     def delivered_ledger(self, epoch: int) -> Path:
         return self.shards / delivered_ledger_name(epoch)
+
+    def shard_mix(self, shard: str) -> Path:
+        """Which objects ``shard`` holds (``messages/shard_mix.py``), until the shard is
+        delivered (or its epoch's ledger dropped)."""
+        return self.shards / shard_mix_name(shard)
+
+    def shard_mixes(self, epoch: int) -> list[Path]:
+        """The mix files of epoch ``epoch``'s shards."""
+        return [
+            self.shards / n
+            for n in _names(self.shards)
+            if (s := shard_mix_of(n)) is not None and (p := parse_shard_name(s)) and p[0] == epoch
+        ]
 
     def ledger_files(self) -> list[tuple[Path, LedgerName]]:
         """Every file of the shard ledger, parsed, in name order."""

@@ -328,5 +328,18 @@ _OWN_FILES: dict[str, Callable[[str], bool]] = {
     "progress": lambda n: download_log_epoch(n) is not None,
     "journal": lambda n: journal_writer(n) is not None,
     "epochs": lambda n: re.fullmatch(r"[0-9]+\.(downloaded|complete)", n) is not None,
-    "shards": lambda n: parse_ledger_name(n) is not None,
+    "shards": lambda n: parse_ledger_name(n) is not None or shard_mix_of(n) is not None,
 }
+
+
+def shard_mix_name(shard: str) -> str:
+    """``state_dir/shards/<shard>.mix``: which objects shard ``shard`` holds (``ShardMix``)."""
+    return shard + ".mix"
+
+
+def shard_mix_of(name: str) -> str | None:
+    """The shard whose mix file ``name`` is, or None."""
+    if not name.endswith(".mix"):
+        return None
+    shard = name[: -len(".mix")]
+    return shard if parse_shard_name(shard) is not None else None

@@ -154,6 +154,8 @@ class StatusRecord:
     consumer_wait_ratio: float = 0.0
     # where the live trainer processes that resumed from a saved position did ("; "-joined)
     trainers_resumed: str | None = None
+    # the job resumed the interrupted epoch of a job run on another number of hosts
+    job_resumed: str | None = None
     children: dict[str, ChildStatus] = field(default_factory=dict)
     last_errors: tuple[ErrorEntry, ...] = ()
     bottleneck: Verdict | None = None

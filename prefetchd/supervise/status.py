@@ -325,6 +325,7 @@ def _throughput(s: StatusRecord) -> list[str]:
         f"    writers     blocked on RAM {_pct(s.writer_ram_wait_ratio)} of the last "
         f"10 s, {_duration(s.writer_ram_wait_s)} in all (summed over writers)",
         *([f"    resumed     {_safe(s.trainers_resumed)}"] if s.trainers_resumed else []),
+        *([f"    job         {_safe(s.job_resumed)}"] if s.job_resumed else []),
     ]
 
 

@@ -28,7 +28,7 @@ from prefetchd.budget import rename_under_budget_lock
 from prefetchd.config import Config
 from prefetchd.errors import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK
 from prefetchd.exactly_once.ledger import forget_epoch, record_delivered
-from prefetchd.exactly_once.markers import first_epoch_without, mark_complete
+from prefetchd.exactly_once.markers import first_epoch_without, mark_complete, mark_downloaded
 from prefetchd.exactly_once.recovery import CACHE, RAM, recover, write_disks
 from prefetchd.fence import remove_fence, write_fence
 from prefetchd.inotify import IN_DELETE, Watch
@@ -39,6 +39,7 @@ from prefetchd.messages.counters import Counts
 from prefetchd.messages.epoch_keep import hit_ratio
 from prefetchd.messages.status_record import ChildStatus, DaemonState, EpochStatus, StatusRecord
 from prefetchd.owner import Ownership, claim_dirs
+from prefetchd.progress import HostPositions, read_host_positions
 from prefetchd.roles.shell import child_main
 from prefetchd.roles.table import ROLES
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
@@ -77,6 +78,7 @@ class Supervisor:
         self.lifecycle = Lifecycle(self.children, self._start_process)
         self.state = DaemonState.STARTING  # then only DAEMON.move changes it
         self.reason: str | None = None
+        self.job_resumed: str | None = None  # sharding.resume_from: which job, which epoch
         # once done and the children's final counters are in: (outcome, summary), outcome.py
         self.outcome: tuple[str, str] | None = None
         self.signals: deque[int] = deque()
@@ -181,9 +183,21 @@ class Supervisor:
 
     def _prepare_state(self) -> JobStart:
         """Resume the same unfinished job, or start a new one, sweeping what the old one left;
-        says which in the daemon's first log line (``supervise/job.py``)."""
+        says which in the daemon's first log line (``supervise/job.py``). A new job with
+        ``sharding.resume_from`` resumes the interrupted epoch of a job on another number of
+        hosts (``_resume_hosts``)."""
         start = decide(self.layout, self.config.job_fingerprint())
+        # the old hosts' positions are checked before anything is touched (exit 2 naming
+        # what is missing), and the epochs they finished are this job's too
+        rehost = read_host_positions(self.config) if self.config.sharding.resume_from else None
+        if rehost is not None:
+            self.job_resumed = (
+                f"resumed epoch {rehost.epoch} of a job of {rehost.num_workers} hosts "
+                f"(positions in {self.config.sharding.resume_from})"
+            )
         removed, foreign = (0, []) if start.resume else self._wipe()
+        if rehost is not None and not start.resume:
+            self._resume_hosts(rehost)
         for stale in self.layout.children.iterdir():
             stale.unlink()
         save_job(self.layout, start)
@@ -192,9 +206,28 @@ class Supervisor:
             epoch=self._first_incomplete_epoch(), count=self.config.epochs.count, removed=removed
         )
         log.info("%s", self.job_note)
+        if rehost is not None and not start.resume:
+            sharding = self.config.sharding
+            log.info(
+                "resuming epoch %d of a job of %d hosts (positions in %s) as host %d of %d",
+                rehost.epoch,
+                rehost.num_workers,
+                sharding.resume_from,
+                sharding.worker_index,
+                sharding.num_workers,
+            )
         for path in foreign:
             log.warning("left %s alone: prefetchd did not make it", path)
         return start
+
+    def _resume_hosts(self, hosts: HostPositions) -> None:
+        """A new job resuming one run on ``hosts.num_workers`` hosts: the epochs before the
+        interrupted one were delivered by the old hosts, so they are marked downloaded and
+        complete here (the trainers pass over them); the downloader delivers what is left of
+        the interrupted one (``download/rehost.py``)."""
+        for epoch in range(hosts.epoch):
+            mark_downloaded(self.layout, epoch, 0)
+            mark_complete(self.layout, epoch)
 
     def _wipe(self) -> tuple[int, list[str]]:
         """Delete what an earlier job left: only names our scheme makes (``layout.is_own_file``);
@@ -307,6 +340,8 @@ class Supervisor:
         done += [shard for _, shard in retired]
         if done:
             record_delivered(self.layout, done)
+        for shard in done:  # a position covered it before its trainer freed it: no one reads it
+            self.layout.shard_mix(shard).unlink(missing_ok=True)
         for name, _ in retired:  # noted first: a crash in between leaves them, still delivered
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.layout.ram_done / name)
@@ -577,6 +612,7 @@ class Supervisor:
             trainers_resumed="; ".join(resumed)[:400] or None,
             job_id=self.job_id,
             job=self.job_note,
+            job_resumed=self.job_resumed,
             children={
                 c.name: _child_status(c, c.last_report or ChildReport(), now) for c in self.children
             },
