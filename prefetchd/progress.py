@@ -6,7 +6,8 @@ daemon state of the host that wrote them. To resume a job on another number of h
 position also carries ``objects``, the trained part of the host's epoch in terms of the source:
 
     "objects": {"epoch": 1, "done": [[0, 4180], [4183, 4190]],
-                "partial": {"4180": {"r": [[0, 37]], "n": 52}, "4181": {"r": [[0, 12]]}}}
+                "partial": {"4180": {"r": [[0, 37]], "n": 52}, "4181": {"r": [[0, 12]]}},
+                "listing": {"n": 9000, "digest": "3f2a9c0d51e8b774"}}
 
 ``done`` are ranges (half-open) of *ordinals*, positions in the host's epoch order
 (``download/order.py``: the host's share sorted by key, permuted by ``(seed, epoch)``), of the
@@ -17,6 +18,12 @@ records once its last record was trained. Objects complete nearly in their order
 opens them in order, ``output.mix`` at a time), so ``done`` is a few ranges and ``partial``
 holds at most about ``output.mix`` x ``output.writers`` objects plus those of the shards read
 ahead: about 10-30 KB for any epoch, 1M objects included (``tests/unit/test_progress.py``).
+``listing`` (``ListingId``) names the listing those ordinals are places in: the host's share's
+object count and a digest of its keys, sizes and ETags in key order, which the downloader
+writes to ``state_dir/epochs/<k>.listing`` when it lays out epoch k and a trainer reads once
+per epoch. The epoch order is a function of the key-sorted share, the seed and the epoch, so
+the same ``listing`` means the same ordinals; a resume on another number of hosts recomputes
+each old host's from the new listing and refuses a mismatch (``check_listings``).
 
 ``read_host_positions`` reads the positions of every host of the old job (the directory
 ``sharding.resume_from`` names), checks that they are of this dataset and seed, of one
@@ -74,18 +81,44 @@ def in_ranges(ranges: Ranges, value: int) -> bool:
     return lo < len(ranges) and ranges[lo][0] <= value
 
 
+@dataclass(frozen=True)
+class ListingId:
+    """Which listing a host's ordinals are places in: its share's object count ``n`` and a
+    digest of its keys, sizes and ETags in key order (``download/share.py``, ``identity``)."""
+
+    n: int
+    digest: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n": self.n, "digest": self.digest}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ListingId:
+        """Raises ``ValueError`` naming what is malformed."""
+        if (
+            not isinstance(raw, Mapping)
+            or not _count(raw.get("n"))
+            or not isinstance(raw.get("digest"), str)
+            or not raw["digest"]
+        ):
+            raise ValueError("objects.listing: expected {n, digest}")
+        return cls(int(raw["n"]), raw["digest"])
+
+
 @dataclass
 class ObjectProgress:
     """What a host's trainers finished of epoch ``epoch``: the ordinals of the objects done,
     the trained record ranges of the others begun (``partial``) and their record counts once
-    known (``ends``). ``unknown`` says why it could not be kept (a shard's summary was not
-    readable): such a progress must not be used."""
+    known (``ends``), and the listing the ordinals are places in (``listing``; None: not
+    known, as in positions saved before it was kept). ``unknown`` says why it could not be
+    kept (a shard's summary was not readable): such a progress must not be used."""
 
     epoch: int
     done: Ranges = field(default_factory=list)
     partial: dict[int, Ranges] = field(default_factory=dict)
     ends: dict[int, int] = field(default_factory=dict)
     unknown: str | None = None
+    listing: ListingId | None = None
 
     def add(self, ordinal: int, start: int, count: int, end: int | None) -> None:
         """Records ``[start, start + count)`` of object ``ordinal`` were trained; ``end``: its
@@ -114,6 +147,10 @@ class ObjectProgress:
             for a, b in ranges:
                 self.add(ordinal, a, b - a, other.ends.get(ordinal))
         self.unknown = self.unknown or other.unknown
+        if self.listing is None:
+            self.listing = other.listing
+        elif other.listing is not None and other.listing != self.listing and not self.unknown:
+            self.unknown = "its shards were laid out over different listings of the source"
 
     def trained(self, ordinal: int) -> Ranges | None:
         """The record ranges trained of object ``ordinal``: None if none, ``ALL_TRAINED`` if
@@ -130,6 +167,7 @@ class ObjectProgress:
             {k: [list(r) for r in v] for k, v in self.partial.items()},
             dict(self.ends),
             self.unknown,
+            self.listing,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -141,7 +179,10 @@ class ObjectProgress:
             if ordinal in self.ends:
                 entry["n"] = self.ends[ordinal]
             partial[str(ordinal)] = entry
-        return {"epoch": self.epoch, "done": self.done, "partial": partial}
+        out: dict[str, Any] = {"epoch": self.epoch, "done": self.done, "partial": partial}
+        if self.listing is not None:
+            out["listing"] = self.listing.to_json()
+        return out
 
     @classmethod
     def from_json(cls, raw: Any) -> ObjectProgress:
@@ -165,7 +206,8 @@ class ObjectProgress:
                 if not _count(entry["n"]):
                     raise ValueError(f"objects.partial.{key}.n must be a record count")
                 ends[int(key)] = int(entry["n"])
-        return cls(epoch, done, partial, ends)
+        listing = ListingId.from_json(raw["listing"]) if "listing" in raw else None
+        return cls(epoch, done, partial, ends, listing=listing)
 
 
 def _count(value: Any) -> bool:
@@ -231,12 +273,16 @@ class ResumeError(ConfigError):
 class HostPositions:
     """Where every host of the old job stood: its ``num_workers``, the epoch it was
     interrupted in (``epoch``) and, per old host, what its trainers finished of that epoch
-    (``progress``; ``finished``: hosts that had trained all of it)."""
+    (``progress``; ``finished``: hosts that had trained all of it), and the listing of each
+    old host's share its positions name (``listings``; hosts whose positions predate it are
+    not in it)."""
 
     num_workers: int
     epoch: int
     progress: dict[int, ObjectProgress]
     finished: set[int]
+    listings: dict[int, ListingId] = field(default_factory=dict)
+    where: str = "sharding.resume_from"
 
 
 def read_host_positions(config: Config) -> HostPositions:
@@ -288,7 +334,9 @@ def read_host_positions(config: Config) -> HostPositions:
     epoch = min(_epoch(raw) for saved in by_host.values() for _, raw in saved)
     progress: dict[int, ObjectProgress] = {}
     finished: set[int] = set()
+    listings: dict[int, ListingId] = {}
     for index, saved in sorted(by_host.items()):
+        listings.update(_listing_of(index, saved, where))
         if all(_epoch(raw) > epoch for _, raw in saved):
             for path, raw in saved:
                 _check_ahead(path, raw, epoch, index)
@@ -298,7 +346,42 @@ def read_host_positions(config: Config) -> HostPositions:
         for path, raw in saved:
             total.merge(_progress(path, raw, epoch))
         progress[index] = total
-    return HostPositions(count, epoch, progress, finished)
+    return HostPositions(count, epoch, progress, finished, listings, where)
+
+
+def _listing_of(
+    index: int, saved: list[tuple[Path, Mapping[str, Any]]], where: str
+) -> dict[int, ListingId]:
+    """The listing host ``index``'s positions name (any epoch's: the share is the same), if
+    any; raises ``ResumeError`` if they name different ones."""
+    found = {p.listing for path, raw in saved if (p := _objects(path, raw)) and p.listing}
+    if len(found) > 1:
+        raise ResumeError(
+            f"{where}: the positions of host {index} were saved over different listings of the "
+            "source (it was changed while the old job ran): resume with another number of "
+            "hosts only from positions over one listing"
+        )
+    return {index: found.pop()} if found else {}
+
+
+def check_listings(hosts: HostPositions, now: list[ListingId]) -> list[int]:
+    """Compare each old host's listing (``now``: recomputed from the new listing, by old host)
+    with the one its positions name; raises ``ResumeError`` on the first that differs. Returns
+    the old hosts whose positions name none (saved before it was kept): those cannot be
+    checked."""
+    for index in range(hosts.num_workers):
+        then = hosts.listings.get(index)
+        if then is None or then == now[index]:
+            continue
+        also = " (other keys, sizes or ETags)" if then.n == now[index].n else ""
+        raise ResumeError(
+            f"{hosts.where}: the source changed since the old job: host {index} of "
+            f"{hosts.num_workers} had {then.n} objects in its share then and has "
+            f"{now[index].n} now{also}; its trained objects are found again by their place in "
+            "its order over the listing, which keys added or removed move: resume with the "
+            "same keys as the old job (a source.manifest pins them)"
+        )
+    return [index for index in range(hosts.num_workers) if index not in hosts.listings]
 
 
 def _load(path: Path, where: str) -> list[Mapping[str, Any]]:

@@ -13,8 +13,9 @@ from prefetchd.atomic import dir_bytes
 from prefetchd.commands import sizing
 from prefetchd.config import Config, split_s3_url
 from prefetchd.download.order import in_share, matches
+from prefetchd.download.rehost import check_source, unchecked_note
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client, session
-from prefetchd.errors import ConfigError
+from prefetchd.errors import ConfigError, RuntimeFailure
 from prefetchd.layout import Layout
 from prefetchd.oversize import Oversized
 from prefetchd.owner import dir_findings
@@ -44,7 +45,10 @@ def run_checks(config: Config) -> list[Finding]:
     if config.download.keep:
         findings.append(_check_keep(config))
     if config.sharding.resume_from is not None:
-        findings.append(_check_resume_from(config))
+        resume = _check_resume_from(config)
+        findings.append(resume)
+        if resume.level == "ok":
+            findings.append(_check_resume_listing(config))
     # What the daemon would refuse at start-up (unsafe, foreign, or owned by another running
     # daemon), said now; changes nothing.
     findings += [Finding(level, message) for level, message in dir_findings(Layout.of(config))]
@@ -110,6 +114,22 @@ def _check_resume_from(config: Config) -> Finding:
         "ok",
         f"sharding.resume_from: the positions of all {hosts.num_workers} hosts of the old job, "
         f"interrupted in epoch {hosts.epoch}",
+    )
+
+
+def _check_resume_listing(config: Config) -> Finding:
+    """The source still holds the keys the old hosts' positions were saved over (lists it)."""
+    try:
+        hosts = read_host_positions(config)
+        unchecked = check_source(config, hosts)
+    except (ResumeError, RuntimeFailure) as exc:
+        return Finding("fail", str(exc))
+    if unchecked:
+        return Finding("warn", unchecked_note(hosts, unchecked))
+    return Finding(
+        "ok",
+        f"sharding.resume_from: the source holds the keys the {hosts.num_workers} old hosts' "
+        "positions were saved over",
     )
 
 

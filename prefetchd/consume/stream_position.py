@@ -10,6 +10,7 @@ reading first the ones it was in, skipping their trained records): exactly once 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -36,7 +37,7 @@ from prefetchd.layout import (
     parse_shard_name,
 )
 from prefetchd.messages.shard_mix import ShardMix
-from prefetchd.progress import ObjectProgress, job_tag
+from prefetchd.progress import ListingId, ObjectProgress, job_tag
 
 __all__ = [
     "POSITION_VERSION",
@@ -80,6 +81,8 @@ class StreamPosition:
         # another number of hosts; progress.py): carried over from the saved position
         self.progress: ObjectProgress | None = None
         self._folded: set[str] = set()  # claims ``snapshot`` added to ``progress`` already
+        # each epoch's ``epochs/<k>.listing``, read once per epoch (not per claim)
+        self._listings: dict[int, ListingId | None] = {}
         self.handed = 0  # claims handed out, kept or not
         if saved is not None:
             objects = saved.objects
@@ -202,6 +205,8 @@ class StreamPosition:
             progress = self.progress = ObjectProgress(parsed.epoch)
         if progress.unknown is not None:
             return
+        if progress.listing is None:
+            progress.listing = self._listing(progress.epoch)
         try:
             mix = ShardMix.decode(self._layout.shard_mix(shard).read_bytes())
         except (OSError, ValueError) as exc:
@@ -215,6 +220,17 @@ class StreamPosition:
                 continue
             end = part.start + part.count if part.last and trained == part.count else None
             progress.add(name[1], part.start, trained, end)
+
+    def _listing(self, epoch: int) -> ListingId | None:
+        """The listing the daemon laid epoch ``epoch`` out over; None if it wrote none (an
+        older release) or it is not readable, which a resume on other hosts warns of."""
+        if epoch not in self._listings:
+            try:
+                raw = json.loads(self._layout.epoch_listing(epoch).read_bytes())
+                self._listings[epoch] = ListingId.from_json(raw)
+            except (OSError, ValueError):
+                self._listings[epoch] = None
+        return self._listings[epoch]
 
     def snapshot(self, unfinished: int, records: Mapping[str, int]) -> dict[str, Any]:
         """A position covering every claim yielded but the last ``unfinished``, with the

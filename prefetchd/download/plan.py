@@ -4,15 +4,20 @@ Each epoch goes over the host's share in its seeded order (``order.epoch_permuta
 ``Job`` per object not yet finished; an object a previous run logged as published or skipped
 (the download log) is not fetched again, except one whose file vanished after it was published.
 When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
+Before its first job, ``epochs/<k>.listing`` names the share the order is over
+(``progress.ListingId``), for the positions trainers save (a resume on another number of hosts
+checks it).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
@@ -76,6 +81,7 @@ class EpochPlan:
         self.refetch: set[str] = set()  # logged as published, found gone at start-up
         # resumed on another number of hosts: what is left of the interrupted epoch
         self.remainder: Remainder | None = None
+        self._listing: bytes | None = None  # the share's ListingId as JSON, once computed
 
     def jobs(self) -> Iterator[Job]:
         """A job per object still to fetch, epoch after epoch (for ever without epochs.count)."""
@@ -88,6 +94,7 @@ class EpochPlan:
             if epoch > self.first_epoch:
                 self.before_epoch()
             order = self.order(epoch)
+            self._write_listing(epoch)
             progress = EpochProgress(len(order), bytearray(len(order)))
             self.epochs[epoch] = progress
             done_bytes = self._mark_logged(epoch, order, progress)
@@ -127,6 +134,19 @@ class EpochPlan:
             epoch=epoch,
             shuffle=self.config.epochs.shuffle,
         )
+
+    def _write_listing(self, epoch: int) -> None:
+        """``epochs/<epoch>.listing``: the share's ``ListingId`` (computed once per run, read
+        back once per epoch), rewritten only if a restart listed another share."""
+        if self._listing is None:
+            self._listing = json.dumps(self.share.identity().to_json()).encode()
+        path = self.layout.epoch_listing(epoch)
+        try:
+            if path.read_bytes() == self._listing:
+                return
+        except FileNotFoundError:
+            pass
+        write_atomic(path, self._listing)
 
     def job_again(self, name: str) -> Job | None:
         """A new job for the published object ``name`` of a scheduled epoch (to fetch it again

@@ -13,15 +13,38 @@ sorted once when the table is finished, without a Python object per key.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from array import array
 from collections.abc import Iterable, Iterator
 
 from prefetchd.download.order import SourceObject
+from prefetchd.progress import ListingId
 
 _ENCODING = "utf-8"
 _ERRORS = "surrogatepass"  # keys round-trip exactly; UTF-8 byte order is code point order
 SORT_RUN = 65536
+
+
+class ListingDigest:
+    """The ``ListingId`` of a share fed object by object in key order: their count and the
+    first 16 hex digits of a sha256 over each key, size and ETag (what makes the epoch orders
+    and the objects' records; ``progress.py``). ``ShareTable.identity`` feeds the same bytes."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._hash = hashlib.sha256()
+
+    def add(self, obj: SourceObject) -> None:
+        etag = (obj.etag or "").encode("ascii", "replace")  # as ShareTable keeps it
+        self.add_raw(obj.key.encode(_ENCODING, _ERRORS), obj.size, etag)
+
+    def add_raw(self, key: bytes, size: int, etag: bytes) -> None:
+        self.n += 1
+        self._hash.update(b"%s\0%d\0%s\n" % (key, size, etag))
+
+    def identity(self) -> ListingId:
+        return ListingId(self.n, self._hash.hexdigest()[:16])
 
 
 class ShareTable:
@@ -107,6 +130,22 @@ class ShareTable:
 
     def __iter__(self) -> Iterator[SourceObject]:
         return (self[i] for i in range(len(self)))
+
+    def identity(self) -> ListingId:
+        """The table's ``ListingId`` (over its objects in key order), from its arrays: no
+        ``SourceObject`` per key (~0.5 CPU-s per million keys)."""
+        digest = ListingDigest()
+        keys, key_ends, etags, etag_ends = self._keys, self._key_ends, self._etags, self._etag_ends
+        for i in range(len(self)):
+            row = self._order[i] if self._order is not None else i
+            key_start = key_ends[row - 1] if row else 0
+            etag_start = etag_ends[row - 1] if row else 0
+            digest.add_raw(
+                bytes(keys[key_start : key_ends[row]]),
+                self._sizes[row],
+                bytes(etags[etag_start : etag_ends[row]]),
+            )
+        return digest.identity()
 
     def total_size(self) -> int:
         if self._order is None:

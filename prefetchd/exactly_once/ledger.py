@@ -52,13 +52,15 @@ def record_delivered(layout: Layout, shards: Iterable[str]) -> None:
 
 
 def forget_epoch(layout: Layout, epoch: int) -> None:
-    """Drop epoch ``epoch``'s ledger: every shard of it was read, so none can be lost any more
-    (an endless job would otherwise keep one more ledger per epoch)."""
+    """Drop epoch ``epoch``'s ledger, its shards' mixes and its listing: every shard of it was
+    read, so none can be lost any more (an endless job would otherwise keep one more ledger per
+    epoch)."""
     for path, name in layout.ledger_files():
         if name.epoch == epoch:
             path.unlink(missing_ok=True)
     for path in layout.shard_mixes(epoch):
         path.unlink(missing_ok=True)
+    layout.epoch_listing(epoch).unlink(missing_ok=True)
 
 
 def _append(path: Path, text: str) -> None:

@@ -44,6 +44,8 @@ A start-up sweep deletes only names ``names.is_own_file`` recognises as ours.
         epochs/<k>.downloaded     epoch k fully downloaded (written by the downloader)
         epochs/<k>.complete       every shard of epoch k published (written by the supervisor)
         epochs/<k>.keep.json      download.keep's hits and misses in epoch k (the downloader)
+        epochs/<k>.listing        the listing epoch k's order is over: this host's share's
+                                  count and digest (the downloader; progress.ListingId)
         disks.json                the incarnation (token, boot id) of ram_dir and cache_dir
                                   this state describes (written by the supervisor)
         shards/e<k>.w<i>.log      shards of epoch k writer i published (the shard ledger,
@@ -170,6 +172,7 @@ __all__ = [
 ]
 
 DOWNLOADED, COMPLETE, KEEP_FIGURES = "downloaded", "complete", "keep.json"  # epochs/<k>.<this>
+LISTING = "listing"  # epochs/<k>.listing
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,9 @@ class Layout:
 
     def keep_figures(self, epoch: int) -> Path:
         return self.epochs / marker_name(epoch, KEEP_FIGURES)
+
+    def epoch_listing(self, epoch: int) -> Path:
+        return self.epochs / marker_name(epoch, LISTING)
 
     @property
     def disks_file(self) -> Path:

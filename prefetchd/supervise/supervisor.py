@@ -190,6 +190,18 @@ class Supervisor:
         # the old hosts' positions are checked before anything is touched (exit 2 naming
         # what is missing), and the epochs they finished are this job's too
         rehost = read_host_positions(self.config) if self.config.sharding.resume_from else None
+        splits = rehost is not None and (
+            not start.resume or first_epoch_without(self.layout.downloaded_marker) <= rehost.epoch
+        )
+        if rehost is not None and splits:
+            # the old hosts' objects are found again by their place in the listing: refuse a
+            # source whose keys changed since, before anything is touched (exit 2). Imported
+            # here: only a resume on other hosts makes the supervisor list (botocore).
+            from prefetchd.download.rehost import check_source, unchecked_note
+
+            unchecked = check_source(self.config, rehost)
+            if unchecked:
+                log.warning("%s", unchecked_note(rehost, unchecked))
         if rehost is not None:
             self.job_resumed = (
                 f"resumed epoch {rehost.epoch} of a job of {rehost.num_workers} hosts "

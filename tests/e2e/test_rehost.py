@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from prefetchd.config import load_config
+from prefetchd.download.order import host_of
+from prefetchd.layout import Layout
 from prefetchd.progress import job_tag
 from testkit.trainers import finish_trainer, start_trainer
 
@@ -67,6 +69,7 @@ def _old_run(
         saved = json.loads(ckpt.read_text())
         assert saved["position"]["epoch"] == epoch
         assert saved["position"]["objects"]["epoch"] == epoch
+        assert saved["position"]["objects"]["listing"]["n"] > 0  # the share it was laid over
         (positions / f"host{index}.json").write_text(json.dumps(saved["position"]))
         trained += saved["records"]
         shutil.rmtree(home / "state", ignore_errors=True)  # the old host is gone
@@ -150,6 +153,58 @@ def test_a_missing_host_position_stops_the_daemon_with_one_line_naming_it(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "no position of host 1 of 3" in lines[0]
+
+
+@pytest.mark.parametrize("change", ["added", "removed"])
+def test_a_source_changed_since_the_old_job_stops_the_new_daemon_with_one_line(
+    change: str,
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """An object added to (or removed from) the bucket after the 2 old hosts were killed moves
+    their objects' places in the listing: the new daemon refuses (exit 2) with one line
+    naming the old host whose share changed and its counts then and now, and touches
+    nothing, rather than train that host's records twice or never."""
+    dataset = upload("tfrecord", SIZES[:12], seed=27)
+    positions, _ = _old_run(tmp_path, 2, write_config, run_daemon, dataset["records"], 0)
+    keys, prefix = dataset["keys"], dataset["prefix"]
+    if change == "added":
+        moved = prefix + "added-" + keys[5][len(prefix) :]
+        source = {"Bucket": bucket, "Key": keys[5]}
+        s3_client.copy_object(Bucket=bucket, Key=moved, CopySource=source)
+    else:
+        moved = keys[3]
+        s3_client.delete_object(Bucket=bucket, Key=moved)
+    host = host_of(moved, 2)
+    then = sum(host_of(k, 2) == host for k in keys)
+    now = then + 1 if change == "added" else then - 1
+    home = tmp_path / "new0"
+    config = write_config(
+        home,
+        epochs__count=2,
+        sharding__num_workers=3,
+        sharding__worker_index=0,
+        sharding__resume_from=str(positions),
+        output__shard_size="64KiB",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "prefetchd", "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"the source changed since the old job: host {host} of 2 had {then} objects" in lines[0]
+    assert f"has {now} now" in lines[0] and "same keys" in lines[0], lines[0]
+    layout = Layout.of(load_config(config))
+    assert not layout.job_file.exists(), "the refused daemon started a job"
+    assert not any(layout.epochs.iterdir()) and not any(layout.cache_ready.iterdir())
 
 
 def test_a_new_host_killed_inside_the_resumed_epoch_resumes_it_exactly_once(

@@ -15,14 +15,16 @@ import pytest
 from prefetchd.config import Config
 from prefetchd.download.order import SourceObject, epoch_order, host_of
 from prefetchd.download.rehost import split_remainder
-from prefetchd.download.share import ShareTable
+from prefetchd.download.share import ListingDigest, ShareTable
 from prefetchd.kernel import choice
 from prefetchd.messages.shard_mix import ShardMix, ShardPart
 from prefetchd.progress import (
     ALL_TRAINED,
+    ListingId,
     ObjectProgress,
     ResumeError,
     add_range,
+    check_listings,
     in_ranges,
     job_tag,
     read_host_positions,
@@ -248,3 +250,121 @@ def test_prefetchd_check_says_whether_the_positions_are_all_there(tmp_path: Path
     _save(positions, plain, 1, 2)
     found = _check_resume_from(_config(tmp_path, positions, 3))
     assert found.level == "ok" and "all 2 hosts" in found.message
+
+
+# --- the listing a position's ordinals are places in ----------------------------------------
+
+OBJECTS = [SourceObject(f"k/{i:04d}", 100 + i, f"etag{i}") for i in range(60)]
+
+
+def test_a_shares_listing_identity_is_its_count_and_a_digest_of_keys_sizes_and_etags() -> None:
+    same = ShareTable.of(OBJECTS).identity()
+    assert same.n == 60 and len(same.digest) == 16 and int(same.digest, 16) >= 0
+    assert ShareTable.of(reversed(OBJECTS)).identity() == same, "depends on the listing's order"
+    added = ShareTable.of([*OBJECTS, SourceObject("k/0030a", 5)]).identity()
+    removed = ShareTable.of(OBJECTS[:30] + OBJECTS[31:]).identity()
+    assert (added.n, removed.n) == (61, 59) and same.digest not in (added.digest, removed.digest)
+    resized = [*OBJECTS[:7], SourceObject("k/0007", 1, "etag7"), *OBJECTS[8:]]
+    rewritten = [*OBJECTS[:7], SourceObject("k/0007", 107, "other"), *OBJECTS[8:]]
+    for changed in (resized, rewritten):
+        other = ShareTable.of(changed).identity()
+        assert other.n == same.n and other.digest != same.digest
+    digest = ListingDigest()
+    for obj in OBJECTS:
+        digest.add(obj)
+    assert digest.identity() == same
+
+
+def test_a_positions_objects_carry_their_listing_and_older_ones_have_none() -> None:
+    progress = ObjectProgress(2, listing=ListingId(60, "0123456789abcdef"))
+    progress.add(4, 0, 3, None)
+    raw = json.loads(json.dumps(progress.to_json()))
+    assert raw["listing"] == {"n": 60, "digest": "0123456789abcdef"}
+    assert ObjectProgress.from_json(raw) == progress
+    assert ObjectProgress.from_json({"epoch": 2, "done": [], "partial": {}}).listing is None
+    with pytest.raises(ValueError, match=r"objects\.listing"):
+        ObjectProgress.from_json({"epoch": 2, "done": [], "partial": {}, "listing": {"n": 3}})
+    other = ObjectProgress(2, listing=ListingId(61, "fedcba9876543210"))
+    progress.merge(other)
+    assert progress.unknown, "positions of one host over two listings added up silently"
+
+
+def _old_positions(tmp_path: Path, objects: list[SourceObject], old: int, **kept: bool) -> Path:
+    """Positions of ``old`` hosts over ``objects``, each having trained its first objects;
+    ``kept[f"host{h}"] = False``: host h's position predates the listing (names none)."""
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    plain = unit_config(tmp_path)
+    for h in range(old):
+        share = ShareTable.of(o for o in objects if host_of(o.key, old) == h)
+        progress = ObjectProgress(0, listing=share.identity())
+        progress.add(0, 0, 5, 5)
+        progress.add(1, 0, 2, None)
+        raw = progress.to_json()
+        if not kept.get(f"host{h}", True):
+            del raw["listing"]
+        _save(positions, plain, h, old, objects=raw)
+    return positions
+
+
+@pytest.mark.parametrize("change", ["added", "removed"])
+def test_a_source_whose_keys_changed_since_the_old_job_is_refused(
+    tmp_path: Path, change: str
+) -> None:
+    """A key added or removed moves the old hosts' ordinals: the new host refuses, naming the
+    old host whose share changed and its counts then and now, instead of splitting wrongly."""
+    positions = _old_positions(tmp_path, OBJECTS, 2)
+    extra = SourceObject("k/0030a", 5, "new")
+    gone = OBJECTS[30]
+    now = [*OBJECTS, extra] if change == "added" else [o for o in OBJECTS if o != gone]
+    moved = host_of((extra if change == "added" else gone).key, 2)
+    then = sum(host_of(o.key, 2) == moved for o in OBJECTS)
+    after = then + 1 if change == "added" else then - 1
+    config = _config(tmp_path, positions, 3)
+    hosts = read_host_positions(config)
+    assert hosts.listings[moved].n == then
+    expected = (
+        rf"the source changed since the old job: host {moved} of 2 had {then} objects in its "
+        rf"share then and has {after} now.*same keys as the old job \(a source\.manifest"
+    )
+    with pytest.raises(ResumeError, match=expected):
+        split_remainder(ShareTable.of(now), config, hosts)
+    assert split_remainder(ShareTable.of(OBJECTS), config, hosts)[1].rows, "the same keys pass"
+
+
+def test_an_object_rewritten_under_its_key_is_refused_too(tmp_path: Path) -> None:
+    positions = _old_positions(tmp_path, OBJECTS, 2)
+    config = _config(tmp_path, positions, 3)
+    hosts = read_host_positions(config)
+    rewritten = [o if o.key != "k/0007" else SourceObject(o.key, o.size, "other") for o in OBJECTS]
+    host = host_of("k/0007", 2)
+    count = hosts.listings[host].n
+    with pytest.raises(ResumeError, match=rf"{count} now \(other keys, sizes or ETags\)"):
+        split_remainder(ShareTable.of(rewritten), config, hosts)
+
+
+def test_positions_saved_before_the_listing_was_kept_still_resume_unchecked(
+    tmp_path: Path,
+) -> None:
+    positions = _old_positions(tmp_path, OBJECTS, 2, host1=False)
+    config = _config(tmp_path, positions, 3)
+    hosts = read_host_positions(config)
+    assert list(hosts.listings) == [0]
+    now = [ShareTable.of(o for o in OBJECTS if host_of(o.key, 2) == h).identity() for h in (0, 1)]
+    assert check_listings(hosts, now) == [1]
+    changed = [*OBJECTS, *(SourceObject(f"z/{i}", 1) for i in range(4))]
+    later = [ShareTable.of(o for o in changed if host_of(o.key, 2) == h).identity() for h in (0, 1)]
+    if later[0] == now[0]:  # every new key went to host 1, which cannot be checked
+        assert check_listings(hosts, later) == [1]
+    else:
+        with pytest.raises(ResumeError, match="host 0 of 2"):
+            check_listings(hosts, later)
+
+
+def test_positions_of_one_host_over_two_listings_are_refused(tmp_path: Path) -> None:
+    positions = _old_positions(tmp_path, OBJECTS, 1)
+    raw = json.loads((positions / "host0.json").read_text())
+    raw["objects"]["listing"]["n"] += 1
+    (positions / "host0.rank1.json").write_text(json.dumps(raw))
+    with pytest.raises(ResumeError, match="host 0 were saved over different listings"):
+        read_host_positions(_config(tmp_path, positions, 2))

@@ -176,6 +176,9 @@ def test_the_ledger_of_an_epoch_read_to_the_end_can_be_forgotten(
     lay, _ = layout
     first, later = publish(lay, 0, 0, 10), publish(lay, 1, 1, 20)
     record_delivered(lay, [first])
+    for epoch in (0, 1):
+        lay.epoch_listing(epoch).write_text('{"n": 1, "digest": "00"}')
     forget_epoch(lay, 0)
     published, delivered = read_ledger(lay)
     assert published == {later: 20} and delivered == set()
+    assert not lay.epoch_listing(0).exists() and lay.epoch_listing(1).exists()
