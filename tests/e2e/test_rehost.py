@@ -205,6 +205,14 @@ def test_a_source_changed_since_the_old_job_stops_the_new_daemon_with_one_line(
     layout = Layout.of(load_config(config))
     assert not layout.job_file.exists(), "the refused daemon started a job"
     assert not any(layout.epochs.iterdir()) and not any(layout.cache_ready.iterdir())
+    check = subprocess.run(
+        [sys.executable, "-m", "prefetchd", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = check.stdout + check.stderr
+    assert check.returncode != 0 and f"host {host} of 2 had {then} objects" in said, said
 
 
 def test_a_new_host_killed_inside_the_resumed_epoch_resumes_it_exactly_once(
