@@ -225,6 +225,8 @@ class StreamPosition:
         """The listing the daemon laid epoch ``epoch`` out over; None if it wrote none (an
         older release) or it is not readable, which a resume on other hosts warns of."""
         if epoch not in self._listings:
+            for done in [k for k in self._listings if k < epoch - 1]:
+                del self._listings[done]  # an endless job would keep one per epoch
             try:
                 raw = json.loads(self._layout.epoch_listing(epoch).read_bytes())
                 self._listings[epoch] = ListingId.from_json(raw)
