@@ -244,13 +244,16 @@ def parse_ledger_name(name: str) -> LedgerName | None:
     return LedgerName(int(m.group(1)), int(m.group(2)) if m.group(2) is not None else None)
 
 
-_STATE_EPOCH = re.compile(r"e?([0-9]+)\.(log|delivered|downloaded|complete|listing|w[0-9]+\.log)")
+_STATE_EPOCH = re.compile(
+    r"e?([0-9]+)\.(log|delivered|downloaded|complete|listing|keep\.json|w[0-9]+\.log)"
+)
 
 
 def file_epoch(name: str) -> int | None:
     """The epoch one of our file names belongs to: an object, a shard, a writer's or a
     trainer's claim (temp suffixes included), or a per-epoch state file (``progress/e<k>.log``,
-    ``epochs/<k>.complete``, ``epochs/<k>.listing``, ``shards/e<k>.w<i>.log``); None for any
+    ``epochs/<k>.complete``, ``epochs/<k>.listing``, ``epochs/<k>.keep.json``,
+    ``shards/e<k>.w<i>.log``); None for any
     other name."""
     base = unmeta(unpart(name))
     claim = parse_claim_name(base)
@@ -328,7 +331,9 @@ _OWN_FILES: dict[str, Callable[[str], bool]] = {
     "done": _own_ram_file,
     "progress": lambda n: download_log_epoch(n) is not None,
     "journal": lambda n: journal_writer(n) is not None,
-    "epochs": lambda n: re.fullmatch(r"[0-9]+\.(downloaded|complete|listing)", n) is not None,
+    "epochs": lambda n: (
+        re.fullmatch(r"[0-9]+\.(downloaded|complete|listing|keep\.json)", n) is not None
+    ),
     "shards": lambda n: parse_ledger_name(n) is not None or shard_mix_of(n) is not None,
 }
 

@@ -267,6 +267,7 @@ def test_every_per_epoch_file_layout_names_is_its_own_and_knows_its_epoch(tree: 
         tree.downloaded_marker(12),
         tree.complete_marker(12),
         tree.epoch_listing(12),
+        tree.keep_figures(12),
         tree.published_ledger(12, 1),
         tree.delivered_ledger(12),
     ]
