@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefetchd.config import Config
+from prefetchd.config import Config, source_identity
 from prefetchd.errors import PositionError
 from prefetchd.layout import parse_shard_name
 
@@ -39,9 +39,18 @@ _READABLE = (1, 2)
 
 def job_tag(config: Config) -> dict[str, Any]:
     """What a position is only valid for: the dataset (a hash of what selects and parses its
-    records), the shuffle seed, and this host's share (``[worker_index, num_workers]``)."""
-    src = config.source
-    dataset = [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
+    records: with several sources, every source's, its name and weight, ``on_exhausted`` and
+    ``weights_by_epoch``, which decide each epoch's records), the shuffle seed, and this
+    host's share (``[worker_index, num_workers]``). A job of one source hashes what it always
+    did, so its saved positions still load."""
+    dataset: list[Any] = source_identity(config.source)
+    if config.mixed:
+        epochs = config.epochs
+        dataset = [
+            [[*source_identity(s), s.name, s.weight] for s in config.sources],
+            epochs.on_exhausted,
+            [[first, dict(weights)] for first, weights in epochs.weights_by_epoch],
+        ]
     digest = hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
     epochs, sharding = config.epochs, config.sharding
     return {

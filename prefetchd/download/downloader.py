@@ -36,7 +36,7 @@ from prefetchd.download.retries import Retries
 from prefetchd.download.share import ShareTable
 from prefetchd.download.signals import Signals
 from prefetchd.download.stagger import start_delay
-from prefetchd.download.store import boot_failure, list_share, make_client
+from prefetchd.download.store import S3Client, boot_failure, list_share, make_client
 from prefetchd.download.transfer import Transfer, make_transfer
 from prefetchd.errors import RuntimeFailure
 from prefetchd.exactly_once.download_log import DownloadLog
@@ -95,7 +95,7 @@ class Downloader:
 
     def run(self) -> None:
         self._stagger()
-        self.plan.share = self._list_share()
+        self.plan.shares = self._list_shares()
         self.handover.choose(self.plan.share)
         # Watch before the start-up sweep: a writer that deletes an object while we sweep (its
         # own recovery) must still free the window, or those bytes would be held for ever.
@@ -128,12 +128,17 @@ class Downloader:
             self.ctx.report()
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
-    def _list_share(self) -> ShareTable:
-        share = ShareTable()
-        oversized = Oversized(self.config)
+    def _list_shares(self) -> list[ShareTable]:
+        """This host's share of every source, listed one source after another."""
         client = make_client(self.config, pool=8, signals=self.signals)
+        return [self._list_share(client, index) for index in range(len(self.config.sources))]
+
+    def _list_share(self, client: S3Client, index: int) -> ShareTable:
+        share = ShareTable()
+        oversized = Oversized(self.config, index)
+        source, sharding = self.config.sources[index], self.config.sharding
         try:
-            for obj in list_share(client, self.config, listed=self._listed):
+            for obj in list_share(client, self.config, listed=self._listed, source=source):
                 share.append(obj)
                 oversized.add(obj.key, obj.size)
             share.finish()
@@ -141,17 +146,17 @@ class Downloader:
             raise
         except Exception as exc:
             raise boot_failure(self.config, exc) from None
-        source, sharding = self.config.source, self.config.sharding
+        where = f"{source.url}" if not self.config.mixed else f"{source.url} (source {source.name})"
         if not share:
             raise RuntimeFailure(
-                f"no objects under {source.url} match source.include {list(source.include)} "
+                f"no objects under {where} match source.include {list(source.include)} "
                 f"for worker {sharding.worker_index} of {sharding.num_workers}"
             )
         log.info(
             "%d objects, %.1f MiB in this host's share of %s (listing held in %.1f MiB)",
             len(share),
             share.total_size() / 2**20,
-            source.url,
+            where,
             share.nbytes() / 2**20,
         )
         if share.duplicates:

@@ -4,6 +4,11 @@ Each epoch goes over the host's share in its seeded order (``order.epoch_permuta
 ``Job`` per object not yet finished; an object a previous run logged as published or skipped
 (the download log) is not fetched again, except one whose file vanished after it was published.
 When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
+
+With several sources (``sources:``) an epoch's objects come from every source's share by
+weight (``mixture.py``): each position of the order is a (source, period, row), and an object's
+hash covers its source and period too (``mixed_key_hash``), so two sources listing one key, or
+one object read twice in an epoch, never share a name or a download-log line.
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ from dataclasses import dataclass
 from prefetchd.config import Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
-from prefetchd.download.order import epoch_permutation
+from prefetchd.download.mixture import EpochMix, Streams, epoch_mix
+from prefetchd.download.order import SourceObject, epoch_permutation
 from prefetchd.download.share import ShareTable
 from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.exactly_once.markers import first_epoch_without, mark_downloaded
 from prefetchd.layout import (
     Layout,
     key_hash,
+    mixed_key_hash,
     object_name,
     parse_object_name,
 )
@@ -69,52 +76,58 @@ class EpochPlan:
         self.keeper = keeper
         self.counters = counters
         self.before_epoch = before_epoch  # called before each epoch after this run's first
-        self.share = ShareTable()
+        self.shares: list[ShareTable] = [ShareTable()]  # one per source, set once listed
         self.epochs: dict[int, EpochProgress] = {}
+        self._mixes: dict[int, EpochMix] = {}  # epochs' mixed orders, the last two computed
+        self._orders: dict[int, array[int]] = {}  # epochs' orders of one source, likewise
+        self._streams: Streams | None = None
         self.first_epoch = 0  # the first epoch this run schedules
         self.refetch: set[str] = set()  # logged as published, found gone at start-up
+
+    @property
+    def share(self) -> ShareTable:
+        """The first source's share: the whole share of a job of one source."""
+        return self.shares[0]
+
+    @share.setter
+    def share(self, table: ShareTable) -> None:
+        self.shares = [table]
 
     def jobs(self) -> Iterator[Job]:
         """A job per object still to fetch, epoch after epoch (for ever without epochs.count)."""
         count = self.config.epochs.count
         epoch = self._first_epoch()
-        bucket = self.config.source.bucket
         first = True
         self.first_epoch = epoch
         while count is None or epoch < count:
             if epoch > self.first_epoch:
                 self.before_epoch()
-            order = self.order(epoch)
-            progress = EpochProgress(len(order), bytearray(len(order)))
+            total = self.epoch_length(epoch)
+            progress = EpochProgress(total, bytearray(total))
             self.epochs[epoch] = progress
-            done_bytes = self._mark_logged(epoch, order, progress)
+            done_bytes = self._mark_logged(epoch, progress)
             self.counters.update(
                 {
                     "epoch": epoch,
-                    "epoch_objects": len(order),
+                    "epoch_objects": total,
                     "epoch_objects_done": progress.done,
-                    "epoch_bytes": self.share.total_size(),
+                    "epoch_bytes": self.epoch_bytes(epoch),
                     "epoch_bytes_done": done_bytes,
                 }
             )
-            for seq, row in enumerate(order):
+            for seq in range(total):
                 if progress.finished[seq]:
                     continue  # published or skipped before a restart
-                obj = self.share[row]
-                if self.keeper is not None:
-                    obj = self.keeper.current(row, obj)
-                digest = key_hash(bucket, obj.key)
-                name = object_name(epoch, seq, digest)
-                job = Job(epoch, seq, obj, name, self.layout.download_part(name))
+                job = self.job_at(epoch, seq)
                 if first:
-                    job.part_size, first = self._first_part_size(obj.size), False
+                    job.part_size, first = self._first_part_size(job.obj.size), False
                 yield job
             progress.scheduled = True
             self.maybe_mark_downloaded(epoch)
             epoch += 1
 
     def order(self, epoch: int) -> array[int]:
-        """Rows of the share in ``epoch``'s order."""
+        """Rows of the share in ``epoch``'s order (one source)."""
         return epoch_permutation(
             len(self.share),
             seed=self.config.epochs.seed,
@@ -122,15 +135,71 @@ class EpochPlan:
             shuffle=self.config.epochs.shuffle,
         )
 
+    def streams(self) -> Streams:
+        """The sources' streams over the listed shares (``mixture.py``)."""
+        config = self.config
+        return Streams(
+            sizes=tuple(share.sizes() for share in self.shares),
+            base=tuple(s.weight for s in config.sources),
+            names=tuple(s.name for s in config.sources),
+            schedule=config.epochs.weights_by_epoch,
+            on_exhausted=config.epochs.on_exhausted,
+            seed=config.epochs.seed,
+            shuffle=config.epochs.shuffle,
+        )
+
+    def mix(self, epoch: int) -> EpochMix:
+        """``epoch``'s mixed order (several sources), computed once per epoch."""
+        if epoch not in self._mixes:
+            if self._streams is None:
+                self._streams = self.streams()
+            self._mixes[epoch] = epoch_mix(self._streams, epoch)
+            for old in sorted(self._mixes)[:-2]:
+                del self._mixes[old]
+        return self._mixes[epoch]
+
+    def epoch_length(self, epoch: int) -> int:
+        return len(self.mix(epoch)) if self.config.mixed else len(self.share)
+
+    def epoch_bytes(self, epoch: int) -> int:
+        if not self.config.mixed:
+            return self.share.total_size()
+        mix = self.mix(epoch)
+        sizes = [share.sizes() for share in self.shares]
+        return sum(sizes[s][r] for s, r in zip(mix.sources, mix.rows, strict=True))
+
+    def object_at(self, epoch: int, seq: int) -> tuple[int, SourceObject, str]:
+        """The source, the object (as listed now) and its hash at ``seq`` of ``epoch``."""
+        if not self.config.mixed:
+            if epoch not in self._orders:
+                self._orders[epoch] = self.order(epoch)
+                for old in sorted(self._orders)[:-2]:
+                    del self._orders[old]
+            row = self._orders[epoch][seq]
+            obj = self.share[row]
+            if self.keeper is not None:
+                obj = self.keeper.current(row, obj)
+            return 0, obj, key_hash(self.config.source.bucket, obj.key)
+        source, period, row = self.mix(epoch).at(seq)
+        obj = self.shares[source][row]
+        bucket = self.config.sources[source].bucket
+        return source, obj, mixed_key_hash(source, period, bucket, obj.key)
+
+    def job_at(self, epoch: int, seq: int) -> Job:
+        source, obj, digest = self.object_at(epoch, seq)
+        name = object_name(epoch, seq, digest)
+        job = Job(epoch, seq, obj, name, self.layout.download_part(name), source=source)
+        if self.config.mixed:
+            job.format = self.config.sources[source].format
+        return job
+
     def job_again(self, name: str) -> Job | None:
         """A new job for the published object ``name`` of a scheduled epoch (to fetch it again
         under the same name); None if ``name`` is no such object."""
         parsed = parse_object_name(name)
         if parsed is None or parsed[0] not in self.epochs:
             return None
-        epoch, seq, _ = parsed
-        obj = self.share[self.order(epoch)[seq]]
-        return Job(epoch, seq, obj, name, self.layout.download_part(name))
+        return self.job_at(parsed[0], parsed[1])
 
     def mark_done(self, job: Job) -> None:
         """``job`` is published or skipped (and logged as such)."""
@@ -161,15 +230,13 @@ class EpochPlan:
         part = max(FIRST_PART_MIN, -(-size // download.concurrency))
         return part if part < download.part_size else None
 
-    def _mark_logged(self, epoch: int, order: array[int], progress: EpochProgress) -> int:
+    def _mark_logged(self, epoch: int, progress: EpochProgress) -> int:
         """Mark the objects a previous run published or skipped; returns their bytes."""
         logged = self.download_log.read(epoch)
         done_bytes = 0
         if logged:
-            bucket = self.config.source.bucket
-            for seq, row in enumerate(order):
-                obj = self.share[row]
-                digest = key_hash(bucket, obj.key)
+            for seq in range(progress.total):
+                _, obj, digest = self.object_at(epoch, seq)
                 if digest in logged and not self._refetching(epoch, seq, digest):
                     progress.mark(seq)
                     done_bytes += obj.size

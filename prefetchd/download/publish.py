@@ -81,6 +81,8 @@ class Publisher:
             "etag": job.obj.etag,
             "epoch": job.epoch,
         }
+        if self.config.mixed:
+            meta["source"] = job.source  # the writer parses it by its source's format
         if job.records_ok:
             meta["records_ok"] = True  # the writer skips its read-through (ObjectReader._validate)
         # A first write needs no temp name + rename (one of ~6 syscalls per object): a writer

@@ -22,7 +22,7 @@ import botocore.config
 import botocore.exceptions
 import botocore.session
 
-from prefetchd.config import Config, split_s3_url
+from prefetchd.config import Config, SourceConfig, split_s3_url
 from prefetchd.download.hooks import observe
 from prefetchd.download.listing import list_objects
 from prefetchd.download.order import SourceObject, in_share, matcher
@@ -242,16 +242,21 @@ def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
 
 
 def list_share(
-    client: S3Client, config: Config, *, listed: Callable[[int], None] | None = None
+    client: S3Client,
+    config: Config,
+    *,
+    listed: Callable[[int], None] | None = None,
+    source: SourceConfig | None = None,
 ) -> Iterator[SourceObject]:
-    """This host's objects, streamed page by page from ListObjectsV2 or from the manifest.
-    ``listed(n)``, if given, hears how many objects the source has given so far, before
-    ``source.include`` and sharding pick this host's: every ``LISTED_EVERY`` and at the end."""
-    src, shard = config.source, config.sharding
+    """This host's objects of ``source`` (the config's first), streamed page by page from
+    ListObjectsV2 or from the manifest. ``listed(n)``, if given, hears how many objects the
+    source has given so far, before ``source.include`` and sharding pick this host's: every
+    ``LISTED_EVERY`` and at the end. Each source is split between hosts by the same hash."""
+    src, shard = source or config.source, config.sharding
     prefix = src.prefix
     included = matcher(src.include)
     seen = 0
-    for obj in _manifest_objects(client, config) if src.manifest else _listing(client, config):
+    for obj in _manifest_objects(client, src) if src.manifest else _listing(client, src):
         seen += 1
         if listed is not None and seen % LISTED_EVERY == 0:
             listed(seen)
@@ -264,17 +269,17 @@ def list_share(
         listed(seen)
 
 
-def _listing(client: S3Client, config: Config) -> Iterator[SourceObject]:
+def _listing(client: S3Client, src: SourceConfig) -> Iterator[SourceObject]:
     """ListObjectsV2 pages read from their XML, not through botocore's parser (listing.py)."""
-    return list_objects(client, config.source.bucket, config.source.prefix)
+    return list_objects(client, src.bucket, src.prefix)
 
 
-def _manifest_objects(client: S3Client, config: Config) -> Iterator[SourceObject]:
+def _manifest_objects(client: S3Client, src: SourceConfig) -> Iterator[SourceObject]:
     """Manifest lines are ``key`` or ``key<TAB>size``; keys without a size are HEADed,
     ``HEAD_CONCURRENCY`` at a time (a manifest with sizes needs no request per key)."""
-    manifest = config.source.manifest
+    manifest = src.manifest
     assert manifest is not None
-    bucket = config.source.bucket
+    bucket = src.bucket
 
     def head(key: str) -> SourceObject | None:
         try:
