@@ -115,6 +115,7 @@ class Downloader:
                 self._drain_results()
                 self._abandon_unfinished()
                 self.download_log.close_all()
+        self._source_figures()
         self.ctx.report(force=True)
 
     def _stagger(self) -> None:
@@ -261,6 +262,7 @@ class Downloader:
         if not self.ctx.report_due():
             return  # the loop calls this per step; the figures are only needed when published
         self.counters["window_bytes"] = self.window.used
+        self._source_figures()
         self._report_signals()
         if self.handover.keeper is not None:
             self.handover.keeper.save()
@@ -269,6 +271,11 @@ class Downloader:
             job.obj.size for job in (*self.active.values(), *retrying)
         )
         self.ctx.report()
+
+    def _source_figures(self) -> None:
+        """Each source's figures (several sources only), for the report."""
+        if self.config.mixed:
+            self.counters["sources"] = self.plan.source_statuses(self.window.held)
 
     def _report_signals(self) -> None:
         """The adaptive limit, the budgets and the store's health, as status shows them."""

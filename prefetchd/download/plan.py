@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prefetchd.config import Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
-from prefetchd.download.mixture import EpochMix, Streams, epoch_mix
+from prefetchd.download.mixture import EpochMix, Streams, epoch_mix, epoch_weights
 from prefetchd.download.order import SourceObject, epoch_permutation
 from prefetchd.download.share import ShareTable
 from prefetchd.exactly_once.download_log import DownloadLog
@@ -34,6 +34,7 @@ from prefetchd.layout import (
     parse_object_name,
 )
 from prefetchd.messages.counters import DownloaderCounters
+from prefetchd.messages.source_status import SourceStatus
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,18 @@ class EpochProgress:
         if not self.finished[seq]:
             self.finished[seq] = 1
             self.done += 1
+
+
+class SourceFigures:
+    """Owns each source's figures in a job of several sources (``SourceStatus`` in the
+    downloader's report): objects and bytes downloaded by this process, and the epoch being
+    downloaded's planned and done bytes of each."""
+
+    def __init__(self, count: int) -> None:
+        self.objects = [0] * count
+        self.bytes = [0] * count
+        self.epoch_bytes = [0] * count
+        self.epoch_done = [0] * count
 
 
 class EpochPlan:
@@ -81,6 +94,7 @@ class EpochPlan:
         self._mixes: dict[int, EpochMix] = {}  # epochs' mixed orders, the last two computed
         self._orders: dict[int, array[int]] = {}  # epochs' orders of one source, likewise
         self._streams: Streams | None = None
+        self.figures = SourceFigures(len(config.sources))
         self.first_epoch = 0  # the first epoch this run schedules
         self.refetch: set[str] = set()  # logged as published, found gone at start-up
 
@@ -105,6 +119,7 @@ class EpochPlan:
             total = self.epoch_length(epoch)
             progress = EpochProgress(total, bytearray(total))
             self.epochs[epoch] = progress
+            self._start_figures(epoch)
             done_bytes = self._mark_logged(epoch, progress)
             self.counters.update(
                 {
@@ -208,6 +223,7 @@ class EpochPlan:
         if job.epoch == self.counters["epoch"]:
             self.counters["epoch_objects_done"] = progress.done
             self.counters["epoch_bytes_done"] += job.obj.size
+            self.figures.epoch_done[job.source] += job.obj.size
         self.maybe_mark_downloaded(job.epoch)
 
     def maybe_mark_downloaded(self, epoch: int) -> None:
@@ -236,11 +252,57 @@ class EpochPlan:
         done_bytes = 0
         if logged:
             for seq in range(progress.total):
-                _, obj, digest = self.object_at(epoch, seq)
+                source, obj, digest = self.object_at(epoch, seq)
                 if digest in logged and not self._refetching(epoch, seq, digest):
                     progress.mark(seq)
                     done_bytes += obj.size
+                    self.figures.epoch_done[source] += obj.size
         return done_bytes
+
+    def published(self, job: Job) -> None:
+        """``job``'s object was published (downloaded or handed over): its source's figures."""
+        self.figures.objects[job.source] += 1
+        self.figures.bytes[job.source] += job.obj.size
+
+    def source_statuses(self, window: Mapping[str, int]) -> list[SourceStatus]:
+        """Each source's figures now, with its bytes in ``window`` (name -> bytes held)."""
+        if not self.config.mixed:
+            return []
+        held = [0] * len(self.config.sources)
+        for name, size in window.items():
+            parsed = parse_object_name(name)
+            mix = self._mixes.get(parsed[0]) if parsed is not None else None
+            if parsed is not None and mix is not None and parsed[1] < len(mix):
+                held[mix.sources[parsed[1]]] += size
+        figures, config = self.figures, self.config
+        names = [s.name for s in config.sources]
+        base = [s.weight for s in config.sources]
+        weights = epoch_weights(base, names, config.epochs.weights_by_epoch, self.counters["epoch"])
+        done = sum(figures.epoch_done)
+        return [
+            SourceStatus(
+                name=names[i],
+                weight=round(float(weights[i]), 6),
+                objects_downloaded=figures.objects[i],
+                bytes_downloaded=figures.bytes[i],
+                window_bytes=held[i],
+                epoch_bytes=figures.epoch_bytes[i],
+                epoch_bytes_done=figures.epoch_done[i],
+                share=round(figures.epoch_done[i] / done, 6) if done else None,
+            )
+            for i in range(len(names))
+        ]
+
+    def _start_figures(self, epoch: int) -> None:
+        """The figures of ``epoch``, the one now downloaded: its planned bytes of each source."""
+        figures = self.figures
+        figures.epoch_bytes = [0] * len(self.config.sources)
+        figures.epoch_done = [0] * len(self.config.sources)
+        if not self.config.mixed:
+            return
+        mix, sizes = self.mix(epoch), [share.sizes() for share in self.shares]
+        for source, row in zip(mix.sources, mix.rows, strict=True):
+            figures.epoch_bytes[source] += sizes[source][row]
 
     def _refetching(self, epoch: int, seq: int, digest: str) -> bool:
         name = object_name(epoch, seq, digest) if self.refetch else ""

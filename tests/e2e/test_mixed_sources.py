@@ -16,6 +16,8 @@ import io
 import os
 import random
 import signal
+import subprocess
+import sys
 import tarfile
 from array import array
 from collections import Counter
@@ -35,6 +37,7 @@ from prefetchd.kernel.example_decode import parse
 from prefetchd.kernel.example_encode import encode_example
 from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
+from prefetchd.supervise.status import read_status
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -215,6 +218,13 @@ def test_three_sources_by_weight_exactly_once_in_proportion_and_interleaved(
     daemon = run_daemon(config)
     epochs = read_epochs(config)
     assert daemon.wait(120) == 0, daemon.output()
+    status = read_status(Layout.of(load_config(config)))
+    assert status is not None
+    assert [s.name for s in status.sources] == list(WEIGHTS)
+    for src in status.sources:  # the last epoch, all downloaded: its shares as planned
+        assert src.epoch_bytes_done == src.epoch_bytes > 0
+        assert src.share is not None and abs(src.share - WEIGHTS[src.name]) <= 0.01
+        assert src.weight == pytest.approx(WEIGHTS[src.name])
     for e, tokens in enumerate(epochs):
         assert Counter(tokens) == plan(up, config, e), f"epoch {e}: every planned record once"
         shares = byte_shares(up, tokens)
@@ -223,6 +233,24 @@ def test_three_sources_by_weight_exactly_once_in_proportion_and_interleaved(
         assert len(tokens) >= 3 * WINDOW
         assert check_windows(tokens) <= WINDOW_SLACK, f"epoch {e}: windows"
     assert epochs[0] != epochs[1]
+
+
+def test_check_checks_every_source(
+    tmp_path: Path, s3_client: Any, bucket: str, write_config: Callable[..., Path]
+) -> None:
+    upload(s3_client, bucket)
+    config = mixed_config(tmp_path, "c", write_config, bucket)
+    done = subprocess.run(
+        [sys.executable, "-m", "prefetchd", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    for i, (name, fmt) in enumerate([("web", "tfrecord"), ("code", "raw"), ("books", "tar")]):
+        assert f"sources[{i}].format {fmt} is available" in out, out
+        assert f"readable (source {name})" in out, out
 
 
 def test_a_daemon_killed_mid_epoch_delivers_every_planned_record_once(
