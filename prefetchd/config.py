@@ -569,7 +569,9 @@ def _num_workers(value: object) -> int | str:
 
 def _weight(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1e6:
-        raise ValueError("expected a number above 0 (weights need not add up to 1)")
+        raise ValueError(
+            "expected a number above 0 and at most 1000000 (weights need not add up to 1)"
+        )
     return float(value)
 
 

@@ -337,3 +337,29 @@ def test_weights_by_epoch_change_the_mix_from_their_epoch(
         shares = byte_shares(up, tokens)
         for name, weight in weights.items():
             assert abs(shares[name] - weight) <= 0.01, (e, shares)
+
+
+def test_two_sources_listing_the_same_keys_never_share_a_name(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Two sources over one prefix, weight 1 each: every object is read twice an epoch, once
+    for each source, under two local names and two download-log lines (the hash covers the
+    source): nothing is taken for already done, nothing lost."""
+    up = upload(s3_client, bucket)
+    path = write_config(tmp_path / "same", epochs={"count": 1, "seed": 3, "on_exhausted": "stop"})
+    config = yaml.safe_load(path.read_text())
+    store = config.pop("source")
+    url = f"s3://{bucket}/mix/code/"
+    config["sources"] = [
+        {**store, "url": url, "format": "raw", "weight": 1, "name": n} for n in ("a", "b")
+    ]
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    daemon = run_daemon(path)
+    tokens = [token_of(bytes(r)) for r in prefetchd.records(path, timeout=120)]
+    assert daemon.wait(120) == 0, daemon.output()
+    code = [t for tokens_ in up.records["code"].values() for t in tokens_]
+    assert Counter(tokens) == Counter(code * 2), "every object once for each source"
