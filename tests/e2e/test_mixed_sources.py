@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable
@@ -363,3 +364,59 @@ def test_two_sources_listing_the_same_keys_never_share_a_name(
     assert daemon.wait(120) == 0, daemon.output()
     code = [t for tokens_ in up.records["code"].values() for t in tokens_]
     assert Counter(tokens) == Counter(code * 2), "every object once for each source"
+
+
+def test_a_sigkilled_downloader_and_writer_are_restarted_and_every_record_comes_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """While a trainer reads, the downloader is SIGKILLed mid-epoch, then a writer: each is
+    restarted and goes on from its log and journal; the trainer gets every planned record of
+    each epoch exactly once."""
+    up = upload(s3_client, bucket)
+    config = mixed_config(
+        tmp_path,
+        "c",
+        write_config,
+        bucket,
+        download__window="1MiB",
+        download__concurrency=2,
+        output__ram_budget="2MiB",
+        output__shard_size="256KiB",
+    )
+    layout = Layout.of(load_config(config))
+    daemon = run_daemon(config)
+    got: list[list[bytes]] = []
+    reader = threading.Thread(target=lambda: got.extend(read_epochs(config)))
+    reader.start()
+
+    def child(name: str, least: Callable[[Any], bool]) -> int:
+        found: list[int] = []
+
+        def ready() -> bool:
+            status = read_status(layout)
+            info = status.children.get(name) if status is not None else None
+            if status is None or info is None or not info.alive or info.pid is None:
+                return False
+            if not least(status):
+                return False
+            found.append(info.pid)
+            return True
+
+        wait_for(ready, 60, f"{name} to be killed")
+        return found[-1]
+
+    os.kill(child("downloader", lambda s: s.counts.objects_downloaded >= 20), signal.SIGKILL)
+    os.kill(child("writer-0", lambda s: s.counts.shards_written >= 4), signal.SIGKILL)
+    reader.join(180)
+    assert not reader.is_alive()
+    assert daemon.wait(120) == 0, daemon.output()
+    for e, tokens in enumerate(got):
+        assert Counter(tokens) == plan(up, config, e), f"epoch {e}: exactly once after the kills"
+    status = read_status(layout)
+    assert status is not None
+    assert status.children["downloader"].restarts == 1
+    assert status.children["writer-0"].restarts == 1
