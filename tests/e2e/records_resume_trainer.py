@@ -2,12 +2,14 @@
 "model" (the records trained so far) and can be killed and resumed.
 
     python -m tests.e2e.records_resume_trainer CONFIG OUT.json CKPT --epochs N
-        [--save-every N] [--crash-after N] [--resume]
+        [--save-every N] [--crash-after N] [--resume] [--tokens]
 
 Epoch by epoch, ``records(config, epoch=k, position=...)``; every ``--save-every`` records it
 saves ``{"position": stream.position(), "epoch": k, "records": [[epoch, id], ...]}`` to CKPT
 (atomically); ``--crash-after N`` dies by SIGKILL after the N-th record; ``--resume`` starts
-from CKPT. Writes ``{"records": [[epoch, id], ...]}`` trained by this run.
+from CKPT. Writes ``{"records": [[epoch, id], ...]}`` trained by this run. ``--tokens``: a
+record's id is the text before ``|`` of its first ``t``, ``data`` or ``txt`` feature (the
+records of tests/e2e/test_mixed_sources.py) instead of its ``id`` feature.
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ def save(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def token(record: bytes) -> str:
+    features = parse(record)
+    value = next(features[name][0] for name in ("t", "data", "txt") if name in features)
+    assert isinstance(value, bytes)
+    return value.split(b"|", 1)[0].decode()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
@@ -39,10 +48,11 @@ def main() -> int:
     parser.add_argument("--save-every", type=int, default=5)
     parser.add_argument("--crash-after", type=int, default=None)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--tokens", action="store_true")
     args = parser.parse_args()
     ckpt = Path(args.ckpt)
     position: dict[str, Any] = {}
-    trained: list[list[int]] = []
+    trained: list[list[Any]] = []
     if args.resume:
         saved = json.loads(ckpt.read_text())
         position, trained = saved["position"], saved["records"]
@@ -50,7 +60,8 @@ def main() -> int:
     for epoch in range(position.get("epoch", 0), args.epochs):
         stream = prefetchd.records(args.config, epoch=epoch, timeout=120, position=position)
         for record in stream:
-            trained.append([epoch, int(parse(record)["id"][0])])
+            rid = token(record) if args.tokens else int(parse(record)["id"][0])
+            trained.append([epoch, rid])
             count += 1
             if count % args.save_every == 0:
                 save(ckpt, {"position": stream.position(), "records": trained})

@@ -13,6 +13,7 @@ a weight change between epochs (``epochs.weights_by_epoch``).
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import signal
@@ -32,6 +33,7 @@ import yaml
 
 import prefetchd
 from prefetchd.config import load_config
+from prefetchd.consume.position_format import job_tag
 from prefetchd.download.mixture import Streams, epoch_mix
 from prefetchd.download.order import in_share
 from prefetchd.kernel.example_decode import parse
@@ -39,10 +41,12 @@ from prefetchd.kernel.example_encode import encode_example
 from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
 from prefetchd.supervise.status import read_status
+from testkit.trainers import finish_trainer, start_trainer
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
 
+RESUME_TRAINER = "tests.e2e.records_resume_trainer"
 WEIGHTS = {"web": 0.6, "code": 0.3, "books": 0.1}
 EPOCHS = 2
 WINDOW = 1000
@@ -420,3 +424,32 @@ def test_a_sigkilled_downloader_and_writer_are_restarted_and_every_record_comes_
     assert status is not None
     assert status.children["downloader"].restarts == 1
     assert status.children["writer-0"].restarts == 1
+
+
+def test_a_trainer_killed_mid_epoch_resumes_from_its_position_exactly_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """``records(position=...)`` across a SIGKILLed trainer: the position (its job covering
+    every source) resumes inside the shard in progress; each epoch's plan trained once."""
+    up = upload(s3_client, bucket)
+    config = mixed_config(tmp_path, "p", write_config, bucket, output__shard_size="128KiB")
+    daemon = run_daemon(config)
+    ckpt = tmp_path / "ckpt.json"
+    args = (str(ckpt), "--epochs", str(EPOCHS), "--save-every", "97", "--tokens")
+    first = start_trainer(
+        RESUME_TRAINER, config, tmp_path / "a.json", *args, "--crash-after", "3000"
+    )
+    assert first.wait(120) == -signal.SIGKILL
+    saved = json.loads(ckpt.read_text())
+    assert saved["position"]["records"], "the saved position is not inside a shard"
+    assert saved["position"]["job"] == job_tag(load_config(config))
+    out = tmp_path / "b.json"
+    second = finish_trainer(start_trainer(RESUME_TRAINER, config, out, *args, "--resume"), out)
+    assert daemon.wait(120) == 0, daemon.output()
+    for e in range(EPOCHS):
+        got = Counter(t.encode() for epoch, t in saved["records"] + second["records"] if epoch == e)
+        assert got == plan(up, config, e), f"epoch {e}: records lost or trained twice"
