@@ -351,8 +351,9 @@ def _sources(raw: object, base_dir: Path | None) -> tuple[SourceConfig, ...]:
 
 
 def _check_sources(config: Config) -> None:
-    """What a job of several sources needs: one bucket and store (the downloader's one client),
-    and neither ``download.keep`` nor ``epochs.order: replayable`` yet (docs/sources.md)."""
+    """What a job of several sources needs: one store (the downloader's one client; buckets
+    may differ), and neither ``download.keep`` nor ``epochs.order: replayable`` yet
+    (docs/sources.md)."""
     epochs = config.epochs
     if not config.mixed:
         if epochs.weights_by_epoch:
@@ -360,11 +361,12 @@ def _check_sources(config: Config) -> None:
         return
     first = config.sources[0]
     for i, src in enumerate(config.sources[1:], 1):
-        for key in ("bucket", "endpoint_url", "region", "profile", "addressing_style"):
+        for key in ("endpoint_url", "region", "profile", "addressing_style"):
             if getattr(src, key) != getattr(first, key):
                 raise ConfigError(
-                    f"sources[{i}].{'url' if key == 'bucket' else key}: every source must be in "
-                    f"the bucket and store of sources[0] ({first.url}) for now; {key} differs"
+                    f"sources[{i}].{key}: every source must be in the store of sources[0] for "
+                    f"now (the same endpoint_url, region, profile and addressing_style); {key} "
+                    "differs"
                 )
     if config.download.keep:
         raise ConfigError(

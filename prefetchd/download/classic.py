@@ -123,7 +123,7 @@ class ClassicTransfer:
                 self._finish(job)
 
     def _fetch(self, job: Job, rng: tuple[int, int] | None) -> None:
-        args: dict[str, Any] = {"Bucket": self._bucket, "Key": job.obj.key}
+        args: dict[str, Any] = {"Bucket": job.bucket or self._bucket, "Key": job.obj.key}
         if job.obj.etag:
             args["IfMatch"] = f'"{job.obj.etag}"'
         start, expected = 0, job.obj.size

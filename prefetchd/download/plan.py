@@ -206,6 +206,7 @@ class EpochPlan:
         job = Job(epoch, seq, obj, name, self.layout.download_part(name), source=source)
         if self.config.mixed:
             job.format = self.config.sources[source].format
+            job.bucket = self.config.sources[source].bucket
         return job
 
     def job_again(self, name: str) -> Job | None:

@@ -131,7 +131,7 @@ class Publisher:
             self.unverified_reasons.add(job.unverified)
             log.warning(
                 "objects like s3://%s/%s are checked for size only: %s",
-                self.config.source.bucket,
+                self.config.sources[job.source].bucket,
                 job.obj.key,
                 job.unverified,
             )
@@ -140,7 +140,8 @@ class Publisher:
         """Give ``job`` up for this epoch: say why, log it as skipped, free its room."""
         self.window.release(job.name)  # given up: the room it kept for a retry (discard)
         key = escape_key(job.obj.key)
-        log.error("skipping s3://%s/%s: %s", self.config.source.bucket, key, reason)
+        bucket = self.config.sources[job.source].bucket
+        log.error("skipping s3://%s/%s: %s", bucket, key, reason)
         self.ctx.error(job.obj.key, reason)
         self.counters["errors"] += 1
         self.counters["objects_skipped"] += 1

@@ -236,7 +236,7 @@ class Verifier:
         return tuple(sizes) if sum(sizes) == job.obj.size else None
 
     def _head(self, job: Job, **extra: Any) -> dict[str, Any]:
-        args: dict[str, Any] = {"Bucket": self._bucket, "Key": job.obj.key, **extra}
+        args: dict[str, Any] = {"Bucket": job.bucket or self._bucket, "Key": job.obj.key, **extra}
         # The same object the GETs fetched. Not on a part's HEAD: moto answers it with the
         # part's own ETag, so If-Match would fail (412) on an unchanged object. A part size
         # from a newer object only fails the check, and the re-fetch's If-Match then says 412.

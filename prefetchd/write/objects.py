@@ -237,7 +237,7 @@ class ObjectReader:
         self.delete(obj.name)
         log.error(
             "quarantined s3://%s/%s (%s): %s",
-            self.config.source.bucket,
+            self.config.sources[obj.source].bucket,
             escape_key(obj.key),
             reason.value,
             escape_key(message),

@@ -12,6 +12,7 @@ a weight change between epochs (``epochs.weights_by_epoch``).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -23,7 +24,7 @@ import tarfile
 import threading
 from array import array
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
 from prefetchd.supervise.status import read_status
 from testkit.trainers import finish_trainer, start_trainer
-from tests.conftest import wait_for
+from tests.conftest import _delete_bucket, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -78,10 +79,26 @@ def tar_object(tokens: list[bytes], rng: random.Random) -> bytes:
     return buf.getvalue()
 
 
+def books_bucket(bucket: str) -> str:
+    """The books are in a bucket of their own (sources may name several buckets of a store)."""
+    return f"{bucket}-books"
+
+
+@pytest.fixture(autouse=True)
+def _books_deleted(s3_client: Any, bucket: str) -> Iterator[None]:
+    """The books' bucket goes with the test's (moto's memory stays small)."""
+    yield
+    with contextlib.suppress(Exception):  # the test's own failure matters more
+        _delete_bucket(s3_client, books_bucket(bucket))
+
+
 def upload(s3: Any, bucket: str) -> Uploaded:
     """web: 80 TFRecord objects of 20-40 records; code: 300 raw objects (a record each);
-    books: 20 tar objects of 10-30 samples. Every record's token is ``source:object:record``."""
+    books: 20 tar objects of 10-30 samples, in ``books_bucket``. Every record's token is
+    ``source:object:record``."""
     rng = random.Random(26)
+    if not any(b["Name"] == books_bucket(bucket) for b in s3.list_buckets()["Buckets"]):
+        s3.create_bucket(Bucket=books_bucket(bucket))
     up = Uploaded()
     for o in range(80):
         key = f"mix/web/{o:03d}.tfrecord"
@@ -102,7 +119,7 @@ def upload(s3: Any, bucket: str) -> Uploaded:
         key = f"mix/books/{o:03d}.tar"
         tokens = [f"books:{o}:{j}".encode() for j in range(rng.randrange(10, 30))]
         body = tar_object(tokens, rng)
-        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        s3.put_object(Bucket=books_bucket(bucket), Key=key, Body=body)
         up.add("books", key, tokens, len(body))
     return up
 
@@ -134,8 +151,15 @@ def mixed_config(
     config = yaml.safe_load(path.read_text())
     store = config.pop("source")
     formats = {"web": "tfrecord", "code": "raw", "books": "tar"}
+    buckets = {"web": bucket, "code": bucket, "books": books_bucket(bucket)}
     config["sources"] = [
-        {**store, "url": f"s3://{bucket}/mix/{n}/", "format": formats[n], "weight": w, "name": n}
+        {
+            **store,
+            "url": f"s3://{buckets[n]}/mix/{n}/",
+            "format": formats[n],
+            "weight": w,
+            "name": n,
+        }
         for n, w in WEIGHTS.items()
     ]
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -299,6 +323,7 @@ def test_two_hosts_each_read_their_share_of_every_source(
             bucket,
             epochs={"count": 1},
             sharding={"num_workers": 2, "worker_index": i},
+            download__client="classic",  # the other tests use crt (the default)
         )
         for i in range(2)
     ]

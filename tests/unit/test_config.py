@@ -924,8 +924,13 @@ def test_sources_are_a_list_with_weights_and_names_defaulting_to_their_index() -
             r"unknown key sources\[0\]\.colour",
         ),
         (
-            {"sources": [{"url": URL, "weight": 1}, {"url": "s3://other/x/", "weight": 1}]},
-            r"sources\[1\]\.url: every source must be in the bucket and store of sources\[0\]",
+            {
+                "sources": [
+                    {"url": URL, "weight": 1},
+                    {"url": "s3://other/x/", "weight": 1, "region": "eu-west-1"},
+                ]
+            },
+            r"sources\[1\]\.region: every source must be in the store of sources\[0\]",
         ),
         (_mixed(download={"keep": "1GiB"}), "download.keep is not allowed with several sources"),
         (
@@ -955,6 +960,13 @@ def test_a_bad_sources_list_is_one_line_naming_the_key(data: dict[str, Any], mes
         config_from_dict(data)
     assert "\n" not in str(info.value)
     assert info.value.exit_code == EXIT_USAGE
+
+
+def test_sources_may_name_several_buckets_of_one_store() -> None:
+    config = config_from_dict(
+        {"sources": [{"url": URL, "weight": 1}, {"url": "s3://other/x/", "weight": 1}]}
+    )
+    assert [s.bucket for s in config.sources] == ["bucket", "other"]
 
 
 def test_weights_by_epoch_and_the_job_fingerprint_cover_every_source() -> None:
