@@ -352,8 +352,7 @@ def _sources(raw: object, base_dir: Path | None) -> tuple[SourceConfig, ...]:
 
 def _check_sources(config: Config) -> None:
     """What a job of several sources needs: one store (the downloader's one client; buckets
-    may differ), and neither ``download.keep`` nor ``epochs.order: replayable`` yet
-    (docs/sources.md)."""
+    may differ), and no ``download.keep`` yet (docs/sources.md)."""
     epochs = config.epochs
     if not config.mixed:
         if epochs.weights_by_epoch:
@@ -371,11 +370,6 @@ def _check_sources(config: Config) -> None:
     if config.download.keep:
         raise ConfigError(
             "download.keep is not allowed with several sources yet: set download.keep: 0"
-        )
-    if epochs.order == REPLAYABLE:
-        raise ConfigError(
-            "epochs.order: replayable is not allowed with several sources yet: set epochs.order:"
-            " fast"
         )
     names = {s.name for s in config.sources}
     last = -1

@@ -933,10 +933,6 @@ def test_sources_are_a_list_with_weights_and_names_defaulting_to_their_index() -
             r"sources\[1\]\.region: every source must be in the store of sources\[0\]",
         ),
         (_mixed(download={"keep": "1GiB"}), "download.keep is not allowed with several sources"),
-        (
-            _mixed(epochs={"order": "replayable"}),
-            "epochs.order: replayable is not allowed with several sources",
-        ),
         (_mixed(epochs={"on_exhausted": "wrap"}), "epochs.on_exhausted: 'wrap' is not allowed"),
         (
             _mixed(epochs={"weights_by_epoch": [{"epoch": 1, "weights": {"web": 1}}]}),
@@ -960,6 +956,11 @@ def test_a_bad_sources_list_is_one_line_naming_the_key(data: dict[str, Any], mes
         config_from_dict(data)
     assert "\n" not in str(info.value)
     assert info.value.exit_code == EXIT_USAGE
+
+
+def test_the_replayable_order_takes_several_sources() -> None:
+    config = config_from_dict(_mixed(epochs={"order": "replayable"}))
+    assert config.mixed and config.output.writers == 1
 
 
 def test_sources_may_name_several_buckets_of_one_store() -> None:
