@@ -71,7 +71,7 @@ def _check_source(
         client.head_bucket(Bucket=src.bucket)
         page = client.list_objects_v2(Bucket=src.bucket, Prefix=src.prefix, MaxKeys=1000)
     except Exception as exc:
-        yield Finding("fail", str(boot_failure(config, exc)))
+        yield Finding("fail", str(boot_failure(config, exc, src)))
         return
     items = page.get("Contents", [])
     keys = [item["Key"] for item in items]

@@ -146,7 +146,7 @@ class Downloader:
         except RuntimeFailure:
             raise
         except Exception as exc:
-            raise boot_failure(self.config, exc) from None
+            raise boot_failure(self.config, exc, source) from None
         where = f"{source.url}" if not self.config.mixed else f"{source.url} (source {source.name})"
         if not share:
             raise RuntimeFailure(
@@ -327,7 +327,7 @@ class Downloader:
         log.warning(
             "%s (s3://%s/%s) vanished from ready/ before a writer read it; fetching it again",
             name,
-            self.config.source.bucket,
+            self.config.sources[job.source].bucket,
             job.obj.key,
         )
         self.counters["objects_refetched"] += 1

@@ -225,20 +225,24 @@ def describe(exc: BaseException) -> str:
     return escape_key(redact(text))
 
 
-def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
-    """Turn an error while first reaching the bucket into the one line the user sees."""
-    bucket = config.source.bucket
+def boot_failure(
+    config: Config, exc: BaseException, source: SourceConfig | None = None
+) -> RuntimeFailure:
+    """Turn an error while first reaching the bucket of ``source`` (the config's first) into
+    the one line the user sees."""
+    src = source or config.source
+    bucket = src.bucket
     if isinstance(exc, botocore.exceptions.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("NoSuchBucket", "404"):
-            return RuntimeFailure(f"bucket {bucket!r} does not exist ({config.source.url})")
+            return RuntimeFailure(f"bucket {bucket!r} does not exist ({src.url})")
         if code in _DENIED or code in _FORBIDDEN:
             return RuntimeFailure(f"access to bucket {bucket!r} denied: {describe(exc)}")
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return RuntimeFailure("no AWS credentials found (environment, profile or instance role)")
     if isinstance(exc, botocore.exceptions.EndpointConnectionError):
         return RuntimeFailure(f"cannot reach the object store: {redact(str(exc))}")
-    return RuntimeFailure(f"cannot list {config.source.url}: {describe(exc)}")
+    return RuntimeFailure(f"cannot list {src.url}: {describe(exc)}")
 
 
 def list_share(

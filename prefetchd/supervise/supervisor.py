@@ -449,7 +449,9 @@ class Supervisor:
             return
         reports = [c.last_report for c in self.children if c.last_report is not None]
         errors = sorted((e for r in reports for e in r.last_errors), key=lambda e: e.time)
-        reason = bad_object_failure(self._counts(), errors, self.config.source.bucket)
+        buckets = {s.bucket for s in self.config.sources}
+        bucket = self.config.source.bucket if len(buckets) == 1 else None
+        reason = bad_object_failure(self._counts(), errors, bucket)
         if reason is not None:
             self._fail(reason)
 

@@ -542,3 +542,25 @@ def test_the_replayable_order_with_three_sources_survives_a_sigkill(
     for e, tokens in enumerate(got):
         assert Counter(tokens) == plan(up, config, e), f"epoch {e}"
     assert got == uninterrupted, "the restart changed the order"
+
+
+def test_a_source_whose_bucket_is_missing_is_named_by_run_and_check(
+    tmp_path: Path, s3_client: Any, bucket: str, write_config: Callable[..., Path]
+) -> None:
+    upload(s3_client, bucket)
+    path = mixed_config(tmp_path, "g", write_config, bucket)
+    config = yaml.safe_load(path.read_text())
+    config["sources"][2]["url"] = f"s3://{bucket}-ghost/mix/books/"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    for command in ("run", "check"):
+        done = subprocess.run(
+            [sys.executable, "-m", "prefetchd", command, "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr
+        out = done.stdout + done.stderr
+        assert f"bucket '{bucket}-ghost' does not exist (s3://{bucket}-ghost/mix/books/)" in out
+        assert "Traceback" not in out
