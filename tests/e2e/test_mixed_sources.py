@@ -564,3 +564,38 @@ def test_a_source_whose_bucket_is_missing_is_named_by_run_and_check(
         out = done.stdout + done.stderr
         assert f"bucket '{bucket}-ghost' does not exist (s3://{bucket}-ghost/mix/books/)" in out
         assert "Traceback" not in out
+
+
+def test_a_restarted_job_continues_the_weight_schedule(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Weights change at epoch 1; the daemon is SIGKILLed once epoch 0 is downloaded and
+    started again: epoch 1 has the new weights, and each epoch its plan exactly once."""
+    up = upload(s3_client, bucket)
+    later = {"web": 0.2, "code": 0.2, "books": 0.6}
+    config = mixed_config(
+        tmp_path,
+        "s",
+        write_config,
+        bucket,
+        epochs={"weights_by_epoch": [{"epoch": 1, "weights": later}]},
+        output__ram_budget="2MiB",
+        output__shard_size="256KiB",
+    )
+    marker = Layout.of(load_config(config)).downloaded_marker(0)
+    daemon = run_daemon(config)
+    wait_for(marker.exists, 60, "epoch 0 downloaded")
+    daemon.kill_group(signal.SIGKILL)
+    daemon.wait(30)
+    restarted = run_daemon(config)
+    epochs = read_epochs(config)
+    assert restarted.wait(120) == 0, restarted.output()
+    for e, (tokens, weights) in enumerate(zip(epochs, (WEIGHTS, later), strict=True)):
+        assert Counter(tokens) == plan(up, config, e), f"epoch {e}"
+        shares = byte_shares(up, tokens)
+        for name, weight in weights.items():
+            assert abs(shares[name] - weight) <= 0.01, (e, shares)
