@@ -51,9 +51,10 @@ RESUME_TRAINER = "tests.e2e.records_resume_trainer"
 WEIGHTS = {"web": 0.6, "code": 0.3, "books": 0.1}
 EPOCHS = 2
 WINDOW = 1000
-# A window's share of a source may differ this much from the epoch's (measured: 0.05-0.067;
-# the writers draw uniformly across their open objects, not by source: docs/sources.md).
-WINDOW_SLACK = 0.07
+# A window's share of a source may differ this much from the epoch's (measured 0.053-0.057
+# alone, up to 0.079 on a loaded machine, where writers that find ready/ empty draw from fewer
+# objects; the writers draw uniformly across their open objects: docs/sources.md).
+WINDOW_SLACK = 0.10
 
 
 @dataclass
