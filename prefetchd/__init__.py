@@ -17,10 +17,18 @@ if TYPE_CHECKING:
     from prefetchd.config import Config, load_config
     from prefetchd.consume.ready import ready_files
     from prefetchd.consume.records import records
-    from prefetchd.errors import DaemonFailed
+    from prefetchd.errors import DaemonFailed, JobChanged
 
 __version__ = "0.1.0"
-__all__ = ["Config", "DaemonFailed", "__version__", "load_config", "ready_files", "records"]
+__all__ = [
+    "Config",
+    "DaemonFailed",
+    "JobChanged",
+    "__version__",
+    "load_config",
+    "ready_files",
+    "records",
+]
 
 _LAZY = {
     "Config": "prefetchd.config",
@@ -28,6 +36,7 @@ _LAZY = {
     "ready_files": "prefetchd.consume.ready",
     "records": "prefetchd.consume.records",
     "DaemonFailed": "prefetchd.errors",
+    "JobChanged": "prefetchd.errors",
 }
 
 

@@ -74,6 +74,9 @@ class SourceConfig:
 class ShardingConfig:
     num_workers: int = 1
     worker_index: int = 0
+    # the saved positions of every host of a job run with another num_workers, to resume its
+    # interrupted epoch from (docs/multi-worker.md, "Resuming with another number of hosts")
+    resume_from: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,7 @@ def config_from_dict(
     elif "source" not in data:
         raise ConfigError("source.url is required")
     sharding = _resolve_sharding(data.get("sharding") or {}, trainer=trainer)
+    sharding = replace(sharding, resume_from=sections["sharding"].resume_from)
     config = Config(**{**sections, "sharding": sharding}, path=path, sources=sources)
     _check_cross_fields(config)
     _check_sources(config)
@@ -352,7 +356,8 @@ def _sources(raw: object, base_dir: Path | None) -> tuple[SourceConfig, ...]:
 
 def _check_sources(config: Config) -> None:
     """What a job of several sources needs: one store (the downloader's one client; buckets
-    may differ), and no ``download.keep`` yet (docs/sources.md)."""
+    may differ), and neither ``download.keep`` nor ``sharding.resume_from`` yet
+    (docs/sources.md)."""
     epochs = config.epochs
     if not config.mixed:
         if epochs.weights_by_epoch:
@@ -370,6 +375,11 @@ def _check_sources(config: Config) -> None:
     if config.download.keep:
         raise ConfigError(
             "download.keep is not allowed with several sources yet: set download.keep: 0"
+        )
+    if config.sharding.resume_from is not None:
+        raise ConfigError(
+            "sharding.resume_from is not allowed with several sources yet (a resume on another"
+            " number of hosts reads one source's share)"
         )
     names = {s.name for s in config.sources}
     last = -1
@@ -616,7 +626,11 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
     ),
     "sharding": (
         ShardingConfig,
-        {"num_workers": _Spec(_num_workers), "worker_index": _Spec(_int_in(0, 99_999))},
+        {
+            "num_workers": _Spec(_num_workers),
+            "worker_index": _Spec(_int_in(0, 99_999)),
+            "resume_from": _Spec(_optional(_path)),
+        },
     ),
     "epochs": (
         EpochsConfig,

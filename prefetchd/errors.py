@@ -38,6 +38,12 @@ class DaemonFailed(RuntimeFailure):
     """Raised in the trainer by ``ready_files()`` when the daemon failed or vanished."""
 
 
+class JobChanged(RuntimeFailure):
+    """Raised in the trainer by ``ready_files()`` when the daemon now runs another job than the
+    one this trainer was reading (restarted with a changed config, or its state removed): the
+    shards on the RAM disk are that job's, not this trainer's (exit 1)."""
+
+
 class CorruptObject(Exception):
     """A downloaded object cannot be parsed by its format; it is quarantined, the epoch goes on."""
 

@@ -6,7 +6,10 @@
 # (a network namespace).
 #
 #   scripts/bench.sh --quick              # under 5 minutes: every dataset, the bars
-#   scripts/bench.sh                      # what docs/benchmarks.md shows (loopback, paced)
+#   scripts/bench.sh                      # what docs/benchmarks.md shows (loopback, paced;
+#                                         # a user's layout, 5 repeats: median and worst)
+#   scripts/bench.sh --datasets tfrecord16,small --loaders ceiling-crt,baseline,prefetchd-crt,lean,floor
+#                                         # issue 28's table (--layout bench: the tmpfs one)
 #   scripts/bench.sh --network both       # loopback, then the tc-shaped network (root)
 #   scripts/bench.sh --sweep              # the curves behind docs/tuning.md
 #   scripts/bench.sh --help               # every option

@@ -23,7 +23,7 @@ from typing import Any
 
 import bench
 from bench.drivers.paced_proxy import paced_proxy
-from bench.harness import contenders, datasets, network, results
+from bench.harness import contenders, datasets, layout, network, results
 from bench.harness.environment import (
     INSTALL_HINT,
     ROOT,
@@ -40,6 +40,7 @@ from testkit.s3server import HOST, free_port
 
 S3_PORT = 8333  # inside our own namespace nothing else listens; outside, a free port is used
 PROXY_PORT = S3_PORT + 9  # the store takes S3_PORT .. S3_PORT + 8
+REPEATS = 5  # the bars are judged on the median and the worst of these
 QUICK_GIL_LOADERS = ("baseline", "prefetchd", "floor")  # --quick: the GIL measure for these
 MiB = 1024**2
 NETWORKS = {  # --network -> its phases, in order
@@ -143,9 +144,14 @@ def run_bench(args: argparse.Namespace) -> int:
         env = bench_env(f"http://{HOST}:{port}")
         os.environ.update(env)  # the store's probe and the uploads use the same credentials
         store = start_store(args.store, port)
-        cache_root = Path(tempfile.mkdtemp(prefix="cache-", dir=args.cache_dir or ram))
-        runner = Bench(args, store.endpoint, work, ram, env, out / "failed-runs", cache_root)
-        meta["cache_dir"] = "tmpfs" if args.cache_dir is None else args.cache_dir
+        chosen = layout.resolve(args.layout, args.cache_dir, ram)
+        cache_root = chosen.cache_parent
+        log(f"layout {chosen.describe()}")
+        meta["layout"] = chosen.to_json()
+        meta["repeats"] = args.repeats
+        runner = Bench(
+            args, store.endpoint, work, ram, env, out / "failed-runs", cache_root, chosen
+        )
         uploaded = upload_all(args, store.endpoint, ram / "floor")
         meta["datasets"] = {
             n: {"objects": d.objects, "bytes": d.bytes, "records": d.records, "kind": d.spec.kind}
@@ -342,7 +348,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--first-byte-ms", type=float, default=30.0, help="each response's first byte when paced"
     )
-    p.add_argument("--repeats", type=int, default=None, help="default 3, --quick 1")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help=f"default {REPEATS} (the bars take the median and the worst), --quick 1",
+    )
     p.add_argument(
         "--datasets",
         default=",".join(datasets.NAMES),
@@ -357,9 +368,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             help=f"{d.sizes_help} (default {d.objects})",
         )
     p.add_argument(
+        "--layout",
+        choices=layout.LAYOUTS,
+        default="user",
+        help="user (default): download.cache_dir on the local disk beside prefetchd's default, "
+        "output.writers and download.concurrency as `prefetchd init` sizes them here; bench: "
+        "the cache on tmpfs, 2 writers, 32 connections (the tables before issue 28)",
+    )
+    p.add_argument(
         "--cache-dir",
-        help="parent of prefetchd's download.cache_dir (default: tmpfs, where the ceiling "
-        "writes too; a slow disk caps small objects at its file-create rate)",
+        help="parent of the private directory that holds prefetchd's download.cache_dir "
+        "(default: the layout's; /dev/shm for tmpfs), removed after the run",
     )
     p.add_argument("--batch", type=int, default=32, help="records per batch")
     p.add_argument(
@@ -386,7 +405,7 @@ def _defaults(args: argparse.Namespace, argv: list[str] | None) -> None:
     args.host_network = False
     if "--in-netns" in args.argv:
         args.argv = args.argv[: args.argv.index("--in-netns")]
-    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.repeats = args.repeats or (1 if args.quick else REPEATS)
     for d in datasets.DATASETS:
         attr = datasets.option(d.name)
         setattr(args, attr, getattr(args, attr) or (d.quick_objects if args.quick else d.objects))

@@ -21,6 +21,7 @@ METRICS = (
     "mb_s",
     "steady_mb_s",
     "records_s",
+    "steady_records_s",
     "trainer_cpu_s_per_gb",
     "trainer_cpu_steady_s_per_gb",
     "daemon_cpu_s_per_gb",
@@ -71,10 +72,26 @@ def median_or_none(values: Iterable[float | None]) -> float | None:
 def steady_mb_s(run: dict[str, Any]) -> float | None:
     """MB/s after the first batch: the rate once the pipeline runs, without its start-up (the
     first batch's own bytes are counted in, so this is a slight overestimate)."""
-    wall, first, size = run.get("wall_s"), run.get("first_batch_s"), run.get("bytes")
-    if wall is None or first is None or size is None or wall <= first:
+    size = run.get("bytes")
+    return None if size is None else _after_first_batch(run, float(size) / 1e6)
+
+
+def steady_records_s(run: dict[str, Any]) -> float | None:
+    """Records (samples) per second after the first batch, counted as ``steady_mb_s``."""
+    records = run.get("records")
+    return None if records is None else _after_first_batch(run, float(records))
+
+
+def _after_first_batch(run: dict[str, Any], amount: float) -> float | None:
+    wall, first = run.get("wall_s"), run.get("first_batch_s")
+    if wall is None or first is None or wall <= first:
         return None
-    return float(size) / (float(wall) - float(first)) / 1e6
+    return amount / (float(wall) - float(first))
+
+
+def with_steady(run: dict[str, Any]) -> dict[str, Any]:
+    """The run with its steady-state rates (``steady_mb_s``, ``steady_records_s``) added."""
+    return {**run, "steady_mb_s": steady_mb_s(run), "steady_records_s": steady_records_s(run)}
 
 
 def summarize(runs: Sequence[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
@@ -83,7 +100,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
     for run in runs:
         if run.get("error"):
             continue
-        run = {**run, "steady_mb_s": steady_mb_s(run)}
+        run = with_steady(run)
         groups.setdefault((run["network"], run["dataset"], run["loader"]), []).append(run)
     out: dict[Key, dict[str, Any]] = {}
     for key, group in groups.items():
@@ -308,6 +325,7 @@ def markdown(
             f"- **Store**: {meta['store']} on 127.0.0.1; networks: {', '.join(meta['networks'])}"
             f" ({network_note(meta)})",
             f"- **Datasets**: {sizes}",
+            f"- **Layout**: {layout_note(meta)}; {meta.get('repeats', '?')} repeats",
             f"- **Command**: `{meta['command']}`",
             "",
             table_text,
@@ -316,6 +334,24 @@ def markdown(
             *(part for section in sections for part in ("", section)),
         ]
     )
+
+
+def repeats(meta: dict[str, Any], runs: Sequence[dict[str, Any]]) -> int:
+    """The repeats a run asked for; from a run before they were recorded, as its plan numbered
+    them."""
+    if meta.get("repeats") is not None:
+        return int(meta["repeats"])
+    return 1 + max((int(r.get("repeat", 0)) for r in runs), default=0)
+
+
+def layout_note(meta: dict[str, Any]) -> str:
+    """The daemon's layout (``bench.harness.layout``), from the run's metadata; a run from
+    before the layouts were recorded had the bench's, with its cache where ``cache_dir`` said."""
+    layout = meta.get("layout")
+    if isinstance(layout, dict):
+        return str(layout["text"])
+    cache = meta.get("cache_dir", "tmpfs")
+    return f"bench (download.cache_dir on {cache}; output.writers 2, download.concurrency 32)"
 
 
 def network_note(meta: dict[str, Any]) -> str:

@@ -29,8 +29,10 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
     summary = arithmetic.summarize(runs)
     rat = arithmetic.ratios(summary)
     checked = arithmetic.bars(summary, rat)
-    bars = issue_bars.check(summary)
+    bars = issue_bars.check(runs)
+    issue = issue_bars.issue_rows(runs)
     meta.setdefault("load_at_end", os.getloadavg())
+    meta["repeats"] = arithmetic.repeats(meta, runs)
     write_json(
         out,
         meta,
@@ -39,17 +41,24 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
         ratios=[{"key": list(k), **v} for k, v in rat.items()],
         bars=checked,
         issue_bars=bars,
+        issue_28=issue,
     )
     text = arithmetic.table(summary, rat)
     cpu = "### Daemon CPU beside the ceilings' and the lean limit's\n\n" + arithmetic.cpu_table(
         summary
     )
-    bars_section = "### The bars\n\n" + issue_bars.table(bars)
-    md = arithmetic.markdown(meta, text, checked, cpu, bars_section)
+    head = bars_header(meta)
+    bars_section = f"### The bars\n\n{head}\n\n" + issue_bars.table(bars)
+    issue_section = f"### Issue 28's table\n\n{head}\n\n" + issue_bars.issue_table(issue)
+    md = arithmetic.markdown(meta, text, checked, cpu, bars_section, issue_section)
     (out / "results.md").write_text(md + "\n")
     plotted = write_plot(summary, meta, out)
-    first_bars = "The first bars (loopback, shaped):\n" + arithmetic.bars_text(checked)
-    for part in (text, first_bars, cpu, bars_section):
+    first_bars = (
+        "The first bars (loopback, shaped; medians only, the judged bars are below):\n"
+        + arithmetic.bars_text(checked)
+    )
+    medians = f"Layout: {arithmetic.layout_note(meta)}. Medians of {meta['repeats']} repeat(s)."
+    for part in (medians, text, first_bars, cpu, bars_section, issue_section):
         print("\n" + part)
     failed = [r for r in runs if r.get("error")]
     print(
@@ -58,6 +67,16 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> int:
         f"results.json, results.md{', plot.png' if plotted else ''}"
     )
     return 1 if failed else 0
+
+
+def bars_header(meta: dict[str, Any]) -> str:
+    """The line above the bars' tables: the daemon's layout and the repeats judged."""
+    repeats = meta.get("repeats", "?")
+    runs = "1 repeat" if repeats == 1 else f"{repeats} repeats"
+    return (
+        f"Layout: {arithmetic.layout_note(meta)}. Median and worst of {runs}, ratios paired "
+        "repeat by repeat."
+    )
 
 
 def write_plot(summary: dict[Any, dict[str, Any]], meta: dict[str, Any], out: Path) -> bool:
@@ -81,6 +100,6 @@ def rerender(results_json: Path) -> int:
 
     saved = json.loads(results_json.read_text())
     runs = saved.pop("runs")
-    for key in ("summary", "ratios", "bars", "issue_bars"):
+    for key in ("summary", "ratios", "bars", "issue_bars", "issue_28"):
         saved.pop(key, None)
     return report(runs, saved, results_json.parent)

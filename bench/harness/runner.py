@@ -32,6 +32,7 @@ from bench.harness import ceilings
 from bench.harness.contenders import BY_NAME, Contender
 from bench.harness.datasets import Uploaded
 from bench.harness.environment import ROOT, log
+from bench.harness.layout import BENCH, Layout
 from bench.harness.report import cpu_split
 from bench.harness.sampler import Sampler, StartupProbe, children_cpu, dir_bytes
 
@@ -53,7 +54,8 @@ class Bench:
     ram: Path  # temp dir on tmpfs
     env: dict[str, str] = field(default_factory=dict)
     logs: Path = Path("bench-logs")  # logs of failed runs are kept here
-    cache_root: Path = Path("/dev/shm")  # where download.cache_dir goes (--cache-dir)
+    cache_root: Path = Path("/dev/shm")  # where download.cache_dir goes (--layout, --cache-dir)
+    layout: Layout = BENCH  # output.writers and download.concurrency (--layout)
 
     def daemon_config(self, ds: Uploaded, client: str, run_dir: Path, **overrides: Any) -> Path:
         """The bench's daemon config for ``ds``; ``overrides`` are ``section__key=value``."""
@@ -70,20 +72,21 @@ class Bench:
             "download": {
                 "cache_dir": str(self.cache_root / run_dir.name),
                 "window": "2GiB",
-                "concurrency": 32,
+                "concurrency": self.layout.concurrency,
                 "part_size": "8MiB",
                 "client": client,
             },
             "output": {
                 "ram_dir": str(self.ram / run_dir.name),
                 "ram_budget": "1GiB",
-                "writers": 2,
+                "writers": self.layout.writers,
                 "shard_size": "32MiB",
-                "mix": 8,
             },
             "status": {"state_dir": str(run_dir / "state")},
             "log": {"level": "info" if self.args.keep_logs else "warning"},
         }
+        if self.layout.mix is not None:
+            cfg["output"]["mix"] = self.layout.mix
         for dotted, value in overrides.items():
             section, key = dotted.split("__")
             cfg[section][key] = value

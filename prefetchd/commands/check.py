@@ -18,6 +18,7 @@ from prefetchd.errors import ConfigError
 from prefetchd.layout import Layout
 from prefetchd.oversize import Oversized
 from prefetchd.owner import dir_findings
+from prefetchd.progress import ResumeError, read_host_positions
 from prefetchd.sizes import format_size
 from prefetchd.write.formats import get_format
 
@@ -42,6 +43,8 @@ def run_checks(config: Config) -> list[Finding]:
     findings.append(_check_dir("status.state_dir", config.status.state_dir, 0))
     if config.download.keep:
         findings.append(_check_keep(config))
+    if config.sharding.resume_from is not None:
+        findings.append(_check_resume_from(config))
     # What the daemon would refuse at start-up (unsafe, foreign, or owned by another running
     # daemon), said now; changes nothing.
     findings += [Finding(level, message) for level, message in dir_findings(Layout.of(config))]
@@ -106,6 +109,19 @@ def _check_source(
     if too_large:
         level = "fail" if config.output.on_bad_object == "fail" else "warn"
         yield Finding(level, f"{too_large}{more}")
+
+
+def _check_resume_from(config: Config) -> Finding:
+    """The old job's positions ``prefetchd run`` would resume from: all there and usable."""
+    try:
+        hosts = read_host_positions(config)
+    except ResumeError as exc:
+        return Finding("fail", str(exc))
+    return Finding(
+        "ok",
+        f"sharding.resume_from: the positions of all {hosts.num_workers} hosts of the old job, "
+        f"interrupted in epoch {hosts.epoch}",
+    )
 
 
 def _check_format(config: Config, index: int) -> Finding:

@@ -60,6 +60,11 @@ class DaemonHealth:
             if self.last_seen != (0.0, 0.0) and status.age() < self.grace:
                 self.alive_at = now
         if now - self.alive_at > self.grace:
+            if status.state == DaemonState.DONE:
+                raise DaemonFailed(
+                    f"prefetchd finished its job at {time.ctime(updated)} and no daemon runs for "
+                    f"{self.layout.state} since: start `prefetchd run` for this config first"
+                )
             raise DaemonFailed(
                 f"prefetchd has been gone for more than {self.grace:g} s "
                 f"(last status update {time.ctime(updated)})"

@@ -55,6 +55,7 @@ class PositionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]
         self.save_freq = save_freq
         self.timeout = timeout
         self.position = TrainingPosition.load(path)
+        self.position.check(self.config)  # a position of another job: one line, before fit
         self._epoch = self.position.epoch
         self._batches = 0  # batches of this epoch reported so far
         self._unsaved = 0  # batches since the last save

@@ -36,6 +36,7 @@ from typing import Any
 
 from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
+from prefetchd.consume.position_format import check_job
 from prefetchd.consume.ready import ReadyFiles, ready_files
 from prefetchd.consume.stream_position import parse_position
 from prefetchd.kernel.framing import index_records
@@ -109,6 +110,11 @@ class TrainingPosition:
         # files() runs in tf.data's thread, trained() and to_json() in the trainer's.
         self._lock = threading.Lock()
 
+    def check(self, config: Config) -> None:
+        """Raise ``PositionError`` (one line) if this position was saved by another job (another
+        dataset, ``epochs.seed`` or host): at once, not from inside the trainer's pipeline."""
+        check_job(self._base, config)
+
     @property
     def epoch(self) -> int:
         """The first epoch this position may still have to deliver records of."""
@@ -121,7 +127,13 @@ class TrainingPosition:
 
         Epochs before ``epoch`` that the position has not finished are taken as trained
         (the model's checkpoint says it is at ``epoch``): their returned shards are freed.
+        An epoch before the position's ``epoch`` gives nothing: this trainer's stream of it
+        had ended when the position was saved (under a multi-worker strategy the workers still
+        step through its end together: docs/multi-worker.md).
         """
+        if epoch < self.epoch:
+            self._exhausted = True
+            return
         self._finish_earlier(config, epoch)
         stream = ready_files(config, epoch=epoch, timeout=timeout, position=self._base)
         stream.keep_at_end = True  # the pipeline still reads the last shards when it ends
@@ -169,7 +181,8 @@ class TrainingPosition:
             self._reading.clear()
             self._finished = 0
         self._skip = {n: k for n, k in self._skip.items() if _epoch_of(n) > epoch}
-        self._base = {"version": self._base["version"], "epoch": epoch + 1, "consumed": []}
+        if epoch >= self.epoch:  # not an epoch the position was already past
+            self._base = {"version": self._base["version"], "epoch": epoch + 1, "consumed": []}
 
     @property
     def reading(self) -> bool:
@@ -200,17 +213,29 @@ class TrainingPosition:
             records = dict(self._skip)
             records.update((s.name, s.done) for s in self._reading if s.done)
         if self._stream is not None:
-            self._base = self._stream.position(finished=finished)
+            # records too: the objects a position keeps count the shards in progress' as well
+            self._base = self._stream.position(finished=finished, records=records)
         return {**self._base, "records": records}
 
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], *, free_past_epochs: bool = True) -> None:
         """Write ``to_json()`` to ``path`` atomically (durable before it returns), creating
-        its directory if the model's checkpoint has not made it yet."""
+        its directory if the model's checkpoint has not made it yet.
+
+        Saved, the epochs it moved past need their shards no longer (the model's checkpoint,
+        saved first, is past them too), so they are freed. With ``free_past_epochs=False`` they
+        stay until the next save or ``finish()``: under a multi-worker strategy a worker may
+        have to resume from its previous position, because another worker died before it saved
+        this step (docs/multi-worker.md); call ``free_past_epochs()`` once every worker saved.
+        """
         data = json.dumps(self.to_json(), sort_keys=True).encode()
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(Path(path), data, fsync=True)
-        # Saved: the epochs it moved past need their shards no longer (the model's checkpoint,
-        # saved first, is past them too).
+        if free_past_epochs:
+            self.free_past_epochs()
+
+    def free_past_epochs(self) -> None:
+        """Free the shards of the epochs the last saved position moved past (``save`` does
+        this itself unless told not to)."""
         for stream in self._ended_saved:
             stream.release()
         self._ended_saved = []

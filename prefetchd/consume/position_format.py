@@ -3,7 +3,8 @@
 Written by ``ReadyFiles.position()``, ``records()``'s ``position()``, ``TrainingPosition``
 (``consume/position.py``) and the torch state (``consume/torch.py``)::
 
-    {"version": 2, "job": {"dataset": "3f0c9a1e5b7d2c44", "seed": 0, "host": [0, 1]},
+    {"version": 2, "job": {"dataset": "3f0c9a1e5b7d2c44", "seed": 0, "host": [0, 1],
+                           "id": "9ab2c3d4e5f60718"},
      "epoch": 1, "consumed": ["e000001-w00-c000003.tfrecord", ...],
      "records": {"e000001-w00-c000004.tfrecord": 17}, "claimant": "4242xa1b2c3d4"}
 
@@ -15,7 +16,8 @@ process can claim them (``holder``: the torch main process that kept what a work
 pass held). Its size is one short name per shard still kept on the RAM disk (bounded by
 ``output.ram_budget`` / ``output.shard_size``, whatever the epoch's size: about 1-2 KB for a
 1M-object epoch), never one entry per record or object. ``job`` ties it to the dataset, seed
-and host; a position of another job, or of an unknown version, raises ``PositionError``.
+and host, and (``id``, once the stream has seen the daemon's job fence, ``fence.py``) to the
+daemon's job; a position of another job, or of an unknown version, raises ``PositionError``.
 Version 1 positions (no ``job``, no ``claimant``) still load. Readers ignore keys they do not
 know, so a later version can add one (e.g. which objects of the interrupted epoch each host
 finished, for a changed number of hosts) without breaking this one.
@@ -23,41 +25,17 @@ finished, for a changed number of hosts) without breaking this one.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefetchd.config import Config, source_identity
+from prefetchd.config import Config
 from prefetchd.errors import PositionError
 from prefetchd.layout import parse_shard_name
+from prefetchd.progress import ObjectProgress, job_tag
 
 POSITION_VERSION = 2
 _READABLE = (1, 2)
-
-
-def job_tag(config: Config) -> dict[str, Any]:
-    """What a position is only valid for: the dataset (a hash of what selects and parses its
-    records: with several sources, every source's, its name and weight, ``on_exhausted`` and
-    ``weights_by_epoch``, which decide each epoch's records), the shuffle seed, and this
-    host's share (``[worker_index, num_workers]``). A job of one source hashes what it always
-    did, so its saved positions still load."""
-    dataset: list[Any] = source_identity(config.source)
-    if config.mixed:
-        epochs = config.epochs
-        dataset = [
-            [[*source_identity(s), s.name, s.weight] for s in config.sources],
-            epochs.on_exhausted,
-            [[first, dict(weights)] for first, weights in epochs.weights_by_epoch],
-        ]
-    digest = hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
-    epochs, sharding = config.epochs, config.sharding
-    return {
-        "dataset": digest,
-        "seed": epochs.seed if epochs.shuffle else None,
-        "host": [sharding.worker_index, sharding.num_workers],
-    }
 
 
 def check_job(raw: Mapping[str, Any], config: Config) -> None:
@@ -81,7 +59,8 @@ def check_job(raw: Mapping[str, Any], config: Config) -> None:
         index, count = here["host"]
         raise PositionError(
             f"position is of host {saved.get('host')} ([worker_index, num_workers]) and this "
-            f"config is host [{index}, {count}]: load each host's own position"
+            f"config is host [{index}, {count}]: load each host's own position (to resume on "
+            "another number of hosts, give every host's to sharding.resume_from)"
         )
 
 
@@ -97,6 +76,9 @@ class Position:
     claimant: str | None = None
     job: Mapping[str, Any] | None = None
     holder: str | None = None  # the claimant its ended streams' shards were handed to
+    # which of the host's objects of ``epoch`` were trained (``progress.ObjectProgress``), for
+    # a resume on another number of hosts; None: not kept by the trainer that saved it
+    objects: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -111,6 +93,8 @@ class Position:
             out["claimant"] = self.claimant
         if self.holder is not None:
             out["holder"] = self.holder
+        if self.objects is not None:
+            out["objects"] = dict(self.objects)
         return out
 
 
@@ -135,8 +119,38 @@ def parse_position(raw: Mapping[str, Any], config: Config | None = None) -> Posi
     claimant, holder = _tag(raw, "claimant"), _tag(raw, "holder")
     if config is not None:
         check_job(raw, config)
-    job = job_tag(config) if config is not None else raw.get("job")
-    return Position(epoch, frozenset(consumed), records, claimant, job, holder)
+    saved_job = raw.get("job")
+    job = saved_job
+    if config is not None:
+        job = job_tag(config)
+        if isinstance(saved_job, Mapping) and saved_job.get("id"):
+            job["id"] = saved_job["id"]  # the daemon's job: checked under its fence
+    objects = raw.get("objects")
+    if objects is not None:
+        try:
+            ObjectProgress.from_json(objects)
+        except ValueError as exc:
+            raise PositionError(f"position: {exc}") from None
+    return Position(epoch, frozenset(consumed), records, claimant, job, holder, objects)
+
+
+def job_id(position: Position) -> str | None:
+    """The daemon's job the position was saved in (``job.id``: ``supervise/job.py``, the job
+    fence), or None (saved before the stream saw a fence, or by an earlier release)."""
+    found = position.job.get("id") if position.job is not None else None
+    return found if isinstance(found, str) and found else None
+
+
+def check_job_id(position: Position, running: str) -> None:
+    """Raise ``PositionError`` if ``position`` was saved in another job than ``running``, the
+    one the daemon fences now: its shard names would name that job's shards."""
+    saved = job_id(position)
+    if saved is not None and saved != running:
+        raise PositionError(
+            f"position was saved in job {saved}, and the daemon now runs job {running} (a new "
+            "job: its config changed or its state was removed): its shards are not the ones "
+            "the position names, so it cannot resume; start this trainer without it"
+        )
 
 
 def _tag(raw: Mapping[str, Any], key: str) -> str | None:

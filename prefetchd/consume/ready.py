@@ -22,8 +22,10 @@ from prefetchd.config import Config, load_config
 from prefetchd.consume.access import check_trainer_access
 from prefetchd.consume.claims import epoch_over, ready_names
 from prefetchd.consume.health import DaemonHealth, wait_for_dirs
+from prefetchd.consume.job_guard import JobGuard
 from prefetchd.consume.releaser import ShardReleaser
-from prefetchd.consume.stream_position import Position, StreamPosition, job_tag, parse_position
+from prefetchd.consume.stream_position import Position, StreamPosition, parse_position
+from prefetchd.fence import read_fence
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
     Layout,
@@ -31,6 +33,7 @@ from prefetchd.layout import (
     epoch_prefix,
     parse_claim_name,
 )
+from prefetchd.progress import job_tag
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,9 @@ class ReadyFiles(Iterator[str]):
         self.keep_at_end = False  # True: the shards stay until release() (read-ahead callers)
         self.ended = False  # every epoch it was asked for was delivered
         if saved is not None and saved.claimant is not None and self._layout.ram_claimed.is_dir():
+            fence = read_fence(self._layout.job_fence)
+            if fence is not None:  # ram_dir holds that job's shards: not the position's?
+                self._kept.check_job(fence.job)
             # now, not at the first next(): before any other stream of the job claims a shard
             self._kept.reclaim(ShardReleaser.for_layout(self._layout))
         self._stream = self._run()
@@ -112,7 +118,13 @@ class ReadyFiles(Iterator[str]):
     def __next__(self) -> str:
         return next(self._stream)
 
-    def position(self, *, finished: int | None = None, unfinished: int = 0) -> dict[str, Any]:
+    def position(
+        self,
+        *,
+        finished: int | None = None,
+        unfinished: int = 0,
+        records: Mapping[str, int] | None = None,
+    ) -> dict[str, Any]:
         """A small JSON-able state to save with the trainer's checkpoint (resumable streams).
 
         ``finished``: cover only the first that many paths yielded since the last position();
@@ -121,7 +133,7 @@ class ReadyFiles(Iterator[str]):
         until a later position covers them. May be called from another thread than the one
         iterating.
         """
-        return self._kept.position(finished, unfinished)
+        return self._kept.position(finished, unfinished, records)
 
     def snapshot(
         self, *, unfinished: int = 0, records: Mapping[str, int] | None = None
@@ -164,6 +176,7 @@ class ReadyFiles(Iterator[str]):
         layout, health, kept = self._layout, self._health, self._kept
         wait_for_dirs(layout, health, _POLL)
         self._releaser = kept.releaser = releaser = ShardReleaser.for_layout(layout)
+        guard = JobGuard(layout)
         last_shard = time.monotonic()
         # The time between asking for a shard and getting one (or the epoch's end) is the
         # trainer waiting on data; the daemon reads it from our lock file (`consumer_wait_s`).
@@ -172,21 +185,31 @@ class ReadyFiles(Iterator[str]):
             with Watch(layout.ram_ready, IN_MOVED_TO) as arrivals:
                 _watch_epoch_ends(arrivals, layout)
                 last: int | None = None
+                adopted: str | None = None  # the job the position names (JobGuard's)
                 for k in self._epochs:
                     kept.epoch = last = k
                     prefix = epoch_prefix(k)
-                    for taken in _take_prefixed(kept.reclaimed, prefix):
-                        kept.yielded(taken)
-                        yield str(layout.ram_claimed / taken)
                     while True:
-                        claimed = self._claim(prefix)
+                        # only the fenced job's shards and markers count (consume/job_guard.py)
+                        fenced = guard.may_claim()
+                        if fenced and guard.job is not None and guard.job != adopted:
+                            kept.adopt_job(guard.job)  # a position of another job raises
+                            adopted = guard.job
+                        taken = _take_prefixed(kept.reclaimed, prefix) if fenced else []
+                        for name in taken:  # the saved position's shards in progress, first
+                            kept.yielded(name)
+                            yield str(layout.ram_claimed / name)
+                        if taken:
+                            last_shard = time.monotonic()
+                            continue
+                        claimed = self._claim(prefix) if fenced else None
                         if claimed is not None:
                             last_shard = time.monotonic()
                             waiting = releaser.end_wait(waiting, claimed=1)
                             kept.yielded(claimed)
                             yield str(layout.ram_claimed / claimed)
                             continue
-                        if epoch_over(layout, k, prefix, releaser.claimant):
+                        if fenced and epoch_over(layout, k, prefix, releaser.claimant):
                             # an epoch a failed daemon left short is not over: it says why
                             health.check_failed()
                             releaser.wants_more()
@@ -201,10 +224,12 @@ class ReadyFiles(Iterator[str]):
                             raise TimeoutError(
                                 f"no new shard of epoch {k} for {self._timeout:g} s"
                                 + kept.retention_hint()
+                                + _fence_hint(guard)
                             )
                         arrivals.read(_POLL)
         finally:
             releaser.end_wait(waiting)
+            guard.close()
         if last is not None:
             kept.epoch = last + 1  # the first epoch it has not delivered
         self.ended = True
@@ -229,6 +254,15 @@ class ReadyFiles(Iterator[str]):
                 continue
             return claimed
         return None
+
+
+def _fence_hint(guard: JobGuard) -> str:
+    if guard.job is not None:
+        return ""
+    return (
+        f" (no running prefetchd has said which job {guard.path} belongs to: the shards "
+        "there, if any, are an earlier daemon's, and are not read; start the daemon)"
+    )
 
 
 def _take_prefixed(names: list[str], prefix: str) -> list[str]:

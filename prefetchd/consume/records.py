@@ -91,8 +91,9 @@ class Records(Iterator[bytes]):
         these. Save it before asking for the next one: this call frees the shards the previous
         position covered.
         """
-        return self._files.position(unfinished=1 if self._reading else 0) | {
-            "records": self._in_progress()
+        records = self._in_progress()
+        return self._files.position(unfinished=1 if self._reading else 0, records=records) | {
+            "records": records
         }
 
     def keep_until_freed(self) -> None:

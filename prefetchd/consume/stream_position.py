@@ -22,12 +22,21 @@ from prefetchd.consume.position_format import (
     POSITION_VERSION,
     Position,
     check_job,
-    job_tag,
+    check_job_id,
     parse_position,
 )
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.errors import PositionError
-from prefetchd.layout import Layout, claim_name, parse_claim_name, parse_shard_name
+from prefetchd.fence import read_fence
+from prefetchd.layout import (
+    Layout,
+    claim_name,
+    parse_claim_name,
+    parse_object_name,
+    parse_shard_name,
+)
+from prefetchd.messages.shard_mix import ShardMix
+from prefetchd.progress import ObjectProgress, job_tag
 
 __all__ = [
     "POSITION_VERSION",
@@ -67,12 +76,39 @@ class StreamPosition:
         self.resume_records = dict(saved.records) if saved is not None else {}
         self.reclaimed: list[str] = []  # shards in progress taken back: yielded first
         self.releaser: ShardReleaser | None = None  # the process's, once the stream has one
+        # which objects of the epoch the covered shards held (positions, for a resume on
+        # another number of hosts; progress.py): carried over from the saved position
+        self.progress: ObjectProgress | None = None
+        self._folded: set[str] = set()  # claims ``snapshot`` added to ``progress`` already
+        self.handed = 0  # claims handed out, kept or not
+        if saved is not None:
+            objects = saved.objects
+            self.progress = (
+                ObjectProgress.from_json(objects)
+                if objects is not None
+                else ObjectProgress(saved.epoch)
+                if not saved.consumed and not saved.records
+                else ObjectProgress(saved.epoch, unknown="resumed from a position without them")
+            )
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
         self._lock = threading.Lock()  # _covered and _since
 
+    def check_job(self, running: str) -> None:
+        """Raise ``PositionError`` if the saved position is of another job than ``running``
+        (the job the daemon fences): resuming it would skip or take that job's shards."""
+        if self.saved is not None:
+            check_job_id(self.saved, running)
+
+    def adopt_job(self, running: str) -> None:
+        """The stream reads the daemon's job ``running`` (``JobGuard``): positions name it."""
+        self.check_job(running)
+        if self.job is not None and self.job.get("id") != running:
+            self.job = {**self.job, "id": running}
+
     def yielded(self, claimed: str) -> None:
         """The stream hands out ``claimed``: a resumable one keeps it until covered."""
+        self.handed += 1
         if self.resumable:
             with self._lock:
                 self._since.append(claimed)
@@ -88,20 +124,26 @@ class StreamPosition:
         """Nothing of the epoch of ``prefix`` can come back now: forget its covered shards."""
         self.skip = {n for n in self.skip if not n.startswith(prefix)}
 
-    def position(self, finished: int | None, unfinished: int) -> dict[str, Any]:
+    def position(
+        self, finished: int | None, unfinished: int, records: Mapping[str, int] | None = None
+    ) -> dict[str, Any]:
         """``ReadyFiles.position``: free what the last one covered and cover the first
-        ``finished`` claims yielded since (all but the last ``unfinished`` if None)."""
+        ``finished`` claims yielded since (all but the last ``unfinished`` if None);
+        ``records``: those trained of the shards in progress."""
         if not self.resumable:
             raise ValueError("position() needs a resumable stream: ready_files(..., position={})")
         with self._lock:
             if finished is None:
                 finished = len(self._since) - max(unfinished, 0)
-            return self._position(finished)
+            return self._position(finished, records)
 
-    def _position(self, finished: int) -> dict[str, Any]:
+    def _position(self, finished: int, records: Mapping[str, int] | None = None) -> dict[str, Any]:
         self.free(self._covered)
         cut = max(0, min(finished, len(self._since)))
         self._covered, self._since = self._since[:cut], self._since[cut:]
+        for claim in map(parse_claim_name, self._covered):
+            if claim is not None:
+                self._fold(claim[1], None)
         # Shards the saved position covered that have not come back yet (their dead claimant's
         # claims are returned about once a second) stay covered by this one too.
         covered = [claim[1] for claim in map(parse_claim_name, self._covered) if claim]
@@ -109,13 +151,70 @@ class StreamPosition:
         # A retained shard of an earlier epoch may come back after a crash: resume from there.
         reading = [claim[1] for claim in map(parse_claim_name, self._since) if claim]
         epochs = [p[0] for p in map(parse_shard_name, consumed + reading) if p is not None]
-        return self._json(min([self.epoch, *epochs]), consumed, {})
+        return self._json(min([self.epoch, *epochs]), consumed, records or {}, objects=True)
 
-    def _json(self, epoch: int, consumed: list[str], records: Mapping[str, int]) -> dict[str, Any]:
+    def _json(
+        self,
+        epoch: int,
+        consumed: list[str],
+        records: Mapping[str, int],
+        *,
+        objects: bool = False,
+    ) -> dict[str, Any]:
         claimant = self.releaser.claimant if self.releaser is not None else None
         # Records of a shard the saved position was in and that has not come back yet stay.
         records = {**{n: k for n, k in self.resume_records.items() if k}, **records}
-        return Position(epoch, frozenset(consumed), records, claimant, self.job).to_json()
+        progress = self._objects(epoch, records) if objects else None
+        return Position(
+            epoch, frozenset(consumed), records, claimant, self.job, objects=progress
+        ).to_json()
+
+    def _objects(self, epoch: int, records: Mapping[str, int]) -> dict[str, Any] | None:
+        """The ``objects`` of a position of ``epoch``: what the covered shards held, and the
+        first ``records[shard]`` records of each shard in progress."""
+        if self.progress is None:
+            return None
+        reading = {p.epoch for p in map(parse_shard_name, records) if p is not None}
+        if self.progress.epoch == epoch:
+            view = self.progress.copy()
+        elif self.progress.epoch < epoch and epoch in reading:
+            view = ObjectProgress(epoch)  # no shard of ``epoch`` covered yet
+        elif self.progress.epoch < epoch:
+            # past the end of the last epoch it read (a DataLoader worker's ended pass): what it
+            # trained of that one, which a resume on other hosts adds to its host's
+            return self.progress.to_json()
+        else:
+            view = ObjectProgress(epoch, unknown="a shard of an earlier epoch is kept")
+        for shard, trained in sorted(records.items()):
+            self._fold(shard, trained, view)
+        return view.to_json()
+
+    def _fold(self, shard: str, records: int | None, into: ObjectProgress | None = None) -> None:
+        """Add what shard ``shard`` holds (its first ``records``; all if None) to the progress
+        (``into``, or the stream's, which moves on to a later epoch's shard)."""
+        parsed = parse_shard_name(shard)
+        progress = into if into is not None else self.progress
+        if progress is None or parsed is None or parsed.epoch < progress.epoch:
+            return
+        if parsed.epoch > progress.epoch:
+            if into is not None:
+                return
+            progress = self.progress = ObjectProgress(parsed.epoch)
+        if progress.unknown is not None:
+            return
+        try:
+            mix = ShardMix.decode(self._layout.shard_mix(shard).read_bytes())
+        except (OSError, ValueError) as exc:
+            progress.unknown = f"shard {shard}'s mix is not readable ({exc})"
+            return
+        counts = None if records is None else mix.trained(records)
+        for part in mix.objects:
+            name = parse_object_name(part.name)
+            trained = part.count if counts is None else counts.get(part.name, 0)
+            if name is None or (trained == 0 and not (part.last and counts is None)):
+                continue
+            end = part.start + part.count if part.last and trained == part.count else None
+            progress.add(name[1], part.start, trained, end)
 
     def snapshot(self, unfinished: int, records: Mapping[str, int]) -> dict[str, Any]:
         """A position covering every claim yielded but the last ``unfinished``, with the
@@ -130,10 +229,16 @@ class StreamPosition:
             self._covered, self._since = [], kept
             done = kept[: max(0, len(kept) - unfinished)]
             reading = kept[len(done) :]
+            # Each claim's mix is read once, the first time it is done (not at every batch).
+            fresh = [c for c in done if c not in self._folded]
+            self._folded = {c for c in self._folded if c in kept} | set(fresh)
+        for claim in map(parse_claim_name, fresh):
+            if claim is not None:
+                self._fold(claim[1], None)
         consumed = [c[1] for c in map(parse_claim_name, done) if c] + sorted(self.skip)
         in_progress = [c[1] for c in map(parse_claim_name, reading) if c] + list(records)
         epochs = [p[0] for p in map(parse_shard_name, in_progress) if p is not None]
-        return self._json(min([self.epoch, *epochs]), consumed, records)
+        return self._json(min([self.epoch, *epochs]), consumed, records, objects=True)
 
     def start_keeping(self, reading: str | None) -> None:
         """Become resumable now: keep what is yielded from here on, and ``reading``, the claim
@@ -141,6 +246,10 @@ class StreamPosition:
         if self.resumable:
             return
         self.resumable = True
+        # what was handed out before is not kept, nor known: unless nothing was
+        late = "the stream became resumable after it had handed out shards"
+        unknown = late if self.handed else None
+        self.progress = ObjectProgress(self.epoch, unknown=unknown)
         if reading is not None:
             with self._lock:
                 self._since.append(reading)
@@ -212,6 +321,12 @@ class StreamPosition:
         process lives on (the trainer's main process), so the daemon does not take them back."""
         with self._lock:
             kept, self._covered, self._since = self._covered + self._since, [], []
+            fresh = [c for c in kept if c not in self._folded]
+            self._folded = set()
+        for claimed in fresh:  # the pass ended: all of them were read
+            parsed = parse_claim_name(claimed)
+            if parsed is not None:
+                self._fold(parsed[1], None)
         for claimed in kept:
             parsed = parse_claim_name(claimed)
             if parsed is None or parsed[0] == holder:
@@ -265,6 +380,9 @@ def take_back(layout: Layout, position: dict[str, Any], keeper: str) -> None:
     reading are claimed for ``keeper`` (a live claimant), and ``position`` is updated to name
     ``keeper`` as their claimant, so the stream resumed from it takes them from there."""
     saved = parse_position(position)
+    fence = read_fence(layout.job_fence)
+    if fence is not None:  # the names it lists may be another job's shards
+        check_job_id(saved, fence.job)
     owners = [o for o in (saved.claimant, saved.holder) if o is not None]
     lay = layout
     for shard in [*sorted(saved.consumed), *sorted(saved.records)]:

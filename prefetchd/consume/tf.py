@@ -90,6 +90,7 @@ def dataset(
             )
         if epoch is None:
             raise ValueError("dataset(position=...) needs epoch=k: positions are kept per epoch")
+        position.check(cfg)
         k = epoch
         return resumable_dataset(
             cfg, lambda: position.files(cfg, k, timeout=timeout), buffer_size=buffer_size

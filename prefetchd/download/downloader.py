@@ -21,9 +21,11 @@ import logging
 import os
 import queue
 import time
+from dataclasses import replace
 
 from prefetchd.budget import Window
 from prefetchd.child.context import ChildContext
+from prefetchd.config import ShardingConfig
 from prefetchd.download.admission import Admission
 from prefetchd.download.handover import Handover
 from prefetchd.download.jobs import Job
@@ -31,6 +33,7 @@ from prefetchd.download.keeper import Keeper
 from prefetchd.download.plan import EpochPlan, EpochProgress
 from prefetchd.download.probe import STALLED, Probe
 from prefetchd.download.publish import Publisher
+from prefetchd.download.rehost import split_remainder
 from prefetchd.download.restart import read_logs, roll_forward, sweep_metas
 from prefetchd.download.retries import Retries
 from prefetchd.download.share import ShareTable
@@ -40,10 +43,12 @@ from prefetchd.download.store import S3Client, boot_failure, list_share, make_cl
 from prefetchd.download.transfer import Transfer, make_transfer
 from prefetchd.errors import RuntimeFailure
 from prefetchd.exactly_once.download_log import DownloadLog
+from prefetchd.exactly_once.markers import first_epoch_without
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import new_downloader_counters
 from prefetchd.oversize import Oversized
+from prefetchd.progress import HostPositions, read_host_positions
 
 log = logging.getLogger(__name__)
 
@@ -135,18 +140,39 @@ class Downloader:
         return [self._list_share(client, index) for index in range(len(self.config.sources))]
 
     def _list_share(self, client: S3Client, index: int) -> ShareTable:
+        # with several sources resume_from is refused at load: hosts is None for them
+        hosts = self._resumed_hosts()
+        # resumed on another number of hosts: every key's old host is needed, so list them all
+        listing = self.config
+        if hosts is not None:
+            listing = replace(self.config, sharding=ShardingConfig())
         share = ShareTable()
         oversized = Oversized(self.config, index)
         source, sharding = self.config.sources[index], self.config.sharding
         try:
-            for obj in list_share(client, self.config, listed=self._listed, source=source):
+            for obj in list_share(client, listing, listed=self._listed, source=source):
                 share.append(obj)
-                oversized.add(obj.key, obj.size)
+                if hosts is None:
+                    oversized.add(obj.key, obj.size)
             share.finish()
         except RuntimeFailure:
             raise
         except Exception as exc:
             raise boot_failure(self.config, exc, source) from None
+        if hosts is not None:
+            share, remainder = split_remainder(share, self.config, hosts)
+            self.plan.remainder = remainder
+            for obj in share:  # this host's objects only, as without resume_from
+                oversized.add(obj.key, obj.size)
+            log.info(
+                "resuming epoch %d of a job of %d hosts: %d objects of this host's share left "
+                "(%d finished by the old hosts, %d records of objects begun left out)",
+                remainder.epoch,
+                hosts.num_workers,
+                len(remainder.rows),
+                remainder.objects_trained,
+                remainder.records_skipped,
+            )
         where = f"{source.url}" if not self.config.mixed else f"{source.url} (source {source.name})"
         if not share:
             raise RuntimeFailure(
@@ -168,6 +194,16 @@ class Downloader:
         if too_large:
             log.warning("%s", too_large)
         return share
+
+    def _resumed_hosts(self) -> HostPositions | None:
+        """The old job's positions, if this job resumes one run on another number of hosts
+        and its interrupted epoch is not downloaded yet."""
+        if self.config.sharding.resume_from is None:
+            return None
+        hosts = read_host_positions(self.config)
+        if first_epoch_without(self.layout.downloaded_marker) > hosts.epoch:
+            return None
+        return hosts
 
     def _listed(self, count: int) -> None:
         """Listing progress: status shows it (a bucket of millions of keys lists for minutes,

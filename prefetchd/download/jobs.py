@@ -54,6 +54,8 @@ class Job:
     # Every TFRecord frame of the file passed its CRCs (uncompressed ``tfrecord`` input): the
     # meta says so, and the writer need not read the object through before taking records.
     records_ok: bool = False
+    # Resumed on another number of hosts: the records trained before (``rehost.py``).
+    skip: list[list[int]] | None = None
 
     @property
     def all_submitted(self) -> bool:

@@ -23,6 +23,7 @@ from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
 from prefetchd.download.mixture import EpochMix, Streams, epoch_mix, epoch_weights
 from prefetchd.download.order import SourceObject, epoch_permutation
+from prefetchd.download.rehost import Remainder
 from prefetchd.download.share import ShareTable
 from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.exactly_once.markers import first_epoch_without, mark_downloaded
@@ -97,6 +98,8 @@ class EpochPlan:
         self.figures = SourceFigures(len(config.sources))
         self.first_epoch = 0  # the first epoch this run schedules
         self.refetch: set[str] = set()  # logged as published, found gone at start-up
+        # resumed on another number of hosts: what is left of the interrupted epoch
+        self.remainder: Remainder | None = None
 
     @property
     def share(self) -> ShareTable:
@@ -143,6 +146,8 @@ class EpochPlan:
 
     def order(self, epoch: int) -> array[int]:
         """Rows of the share in ``epoch``'s order (one source)."""
+        if self.remainder is not None and epoch == self.remainder.epoch:
+            return self.remainder.rows
         return epoch_permutation(
             len(self.share),
             seed=self.config.epochs.seed,
@@ -174,7 +179,7 @@ class EpochPlan:
         return self._mixes[epoch]
 
     def epoch_length(self, epoch: int) -> int:
-        return len(self.mix(epoch)) if self.config.mixed else len(self.share)
+        return len(self.mix(epoch)) if self.config.mixed else len(self._order_of(epoch))
 
     def epoch_bytes(self, epoch: int) -> int:
         if not self.config.mixed:
@@ -186,11 +191,7 @@ class EpochPlan:
     def object_at(self, epoch: int, seq: int) -> tuple[int, SourceObject, str]:
         """The source, the object (as listed now) and its hash at ``seq`` of ``epoch``."""
         if not self.config.mixed:
-            if epoch not in self._orders:
-                self._orders[epoch] = self.order(epoch)
-                for old in sorted(self._orders)[:-2]:
-                    del self._orders[old]
-            row = self._orders[epoch][seq]
+            row = self._order_of(epoch)[seq]
             obj = self.share[row]
             if self.keeper is not None:
                 obj = self.keeper.current(row, obj)
@@ -207,7 +208,17 @@ class EpochPlan:
         if self.config.mixed:
             job.format = self.config.sources[source].format
             job.bucket = self.config.sources[source].bucket
+        else:
+            job.skip = self._skip(epoch, self._order_of(epoch)[seq])
         return job
+
+    def _order_of(self, epoch: int) -> array[int]:
+        """``order(epoch)``, computed once for the last two epochs asked (one source)."""
+        if epoch not in self._orders:
+            self._orders[epoch] = self.order(epoch)
+            for old in sorted(self._orders)[:-2]:
+                del self._orders[old]
+        return self._orders[epoch]
 
     def job_again(self, name: str) -> Job | None:
         """A new job for the published object ``name`` of a scheduled epoch (to fetch it again
@@ -216,6 +227,13 @@ class EpochPlan:
         if parsed is None or parsed[0] not in self.epochs:
             return None
         return self.job_at(parsed[0], parsed[1])
+
+    def _skip(self, epoch: int, row: int) -> list[list[int]] | None:
+        """The records of the object at ``row`` trained before a resume on another number of
+        hosts (the writer leaves them out)."""
+        if self.remainder is None or epoch != self.remainder.epoch:
+            return None
+        return self.remainder.skips.get(row)
 
     def mark_done(self, job: Job) -> None:
         """``job`` is published or skipped (and logged as such)."""

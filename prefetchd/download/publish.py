@@ -83,6 +83,8 @@ class Publisher:
         }
         if self.config.mixed:
             meta["source"] = job.source  # the writer parses it by its source's format
+        if job.skip:
+            meta["skip"] = job.skip  # records trained before a resume on other hosts
         if job.records_ok:
             meta["records_ok"] = True  # the writer skips its read-through (ObjectReader._validate)
         # A first write needs no temp name + rename (one of ~6 syscalls per object): a writer

@@ -28,6 +28,7 @@ every object of epoch k is logged, it writes ``epochs/<k>.downloaded``.
 on only writer i reads it. **It publishes a shard** (``Publisher.publish``, ``write/publish.py``):
 
 1. ``.tmp/<shard>.part`` flushed and truncated to its records (complete, not yet visible),
+   and ``shards/<shard>.mix`` written (which objects it holds; for positions, not the commit),
 2. ``<shard> <records>`` appended to the ledger ``shards/e<k>.w<i>.log`` and fsynced,
 3. one line appended to ``journal/w<i>.log`` and fsynced — **the commit point**: the shard
    name, its counter, the records taken so far from every object still open, and the objects
@@ -67,7 +68,11 @@ logged objects are not fetched again. The first epoch without ``downloaded`` is 
 same config resumes the job (``state_dir/job.json``): ``recovery.recover`` runs before any child
 starts (nothing vanished: nothing to do; shards finished meanwhile are noted delivered), then
 every child recovers as above, the claims of dead trainers go back to ``ready/`` and the shards
-in ``done/`` are noted delivered and deleted.
+in ``done/`` are noted delivered and deleted. With another config, a finished job or no
+``job.json``, a new job starts and what the old one left is wiped. Trainers claim nothing
+from the start of ``prefetchd run`` until that is decided: the job fence in ``ram_dir`` is
+taken down first and written again only then (``fence.py``), so a trainer started before the
+daemon never reads another job's shards.
 
 **After a reboot emptying the RAM disk** (or ``cache_dir``), the owner marker's token no longer
 matches ``disks.json``. Published shards that are neither delivered nor on the disk are lost, and

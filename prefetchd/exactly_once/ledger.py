@@ -57,6 +57,8 @@ def forget_epoch(layout: Layout, epoch: int) -> None:
     for path, name in layout.ledger_files():
         if name.epoch == epoch:
             path.unlink(missing_ok=True)
+    for path in layout.shard_mixes(epoch):
+        path.unlink(missing_ok=True)
 
 
 def _append(path: Path, text: str) -> None:

@@ -28,11 +28,14 @@ A start-up sweep deletes only names ``names.is_own_file`` recognises as ours.
                                   deletes it (freeing a shard's pages costs ~0.2 CPU-s/GB,
                                   paid by the daemon, not the trainer)
         consumers/<claimant>.lock  held (flock) by trainer process <claimant> while it lives
+        prefetchd.job             the job fence: the job whose shards these are, flocked by its
+                                  daemon; trainers claim only under it (fence.py)
         .budget.lock              serializes RAM reservations between writers
     status.state_dir/
         prefetchd.lock            held (flock) by the running daemon
         status.json               the status record (0600), rewritten about once a second
-        job.json                  the fingerprint of the job the state below belongs to
+        job.json                  the job the state below belongs to: its id, fingerprint
+                                  (supervise/job.py)
         children/<child>.json     each child's counters and heartbeat
         progress/e<k>.log         the download log: objects the downloader published
                                   ("P") or skipped ("S") in epoch k (exactly_once)
@@ -46,6 +49,8 @@ A start-up sweep deletes only names ``names.is_own_file`` recognises as ours.
         shards/e<k>.w<i>.log      shards of epoch k writer i published (the shard ledger,
                                   exactly_once/ledger.py)
         shards/e<k>.delivered     shards of epoch k trainers finished (written by the supervisor)
+        shards/<shard>.mix        which objects <shard> holds, record by record (written by its
+                                  writer before the commit; messages/shard_mix.py)
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from pathlib import Path
 from prefetchd.atomic import make_private_dir
 from prefetchd.config import Config
 from prefetchd.layout.names import (
+    FENCE_FILE,
     LOCK_FILE,
     OWN_TOP_NAMES,
     OWNER_FILE,
@@ -100,6 +106,8 @@ from prefetchd.layout.names import (
     parse_shard_name,
     part_name,
     published_ledger_name,
+    shard_mix_name,
+    shard_mix_of,
     shard_name,
     unmeta,
     unpart,
@@ -110,6 +118,7 @@ from prefetchd.layout.names import (
 __all__ = [
     "COMPLETE",
     "DOWNLOADED",
+    "FENCE_FILE",
     "KEEP_FIGURES",
     "LOCK_FILE",
     "OWNER_FILE",
@@ -153,6 +162,8 @@ __all__ = [
     "parse_shard_name",
     "part_name",
     "published_ledger_name",
+    "shard_mix_name",
+    "shard_mix_of",
     "shard_name",
     "unmeta",
     "unpart",
@@ -271,6 +282,11 @@ class Layout:
         return self.state / "job.json"
 
     @property
+    def job_fence(self) -> Path:
+        """``ram_dir/prefetchd.job``: the job whose shards ram_dir holds (``fence.py``)."""
+        return self.ram / FENCE_FILE
+
+    @property
     def children(self) -> Path:
         return self.state / "children"
 
@@ -337,6 +353,19 @@ class Layout:
 
     def delivered_ledger(self, epoch: int) -> Path:
         return self.shards / delivered_ledger_name(epoch)
+
+    def shard_mix(self, shard: str) -> Path:
+        """Which objects ``shard`` holds (``messages/shard_mix.py``), until the shard is
+        delivered (or its epoch's ledger dropped)."""
+        return self.shards / shard_mix_name(shard)
+
+    def shard_mixes(self, epoch: int) -> list[Path]:
+        """The mix files of epoch ``epoch``'s shards."""
+        return [
+            self.shards / n
+            for n in _names(self.shards)
+            if (s := shard_mix_of(n)) is not None and (p := parse_shard_name(s)) and p[0] == epoch
+        ]
 
     def ledger_files(self) -> list[tuple[Path, LedgerName]]:
         """Every file of the shard ledger, parsed, in name order."""

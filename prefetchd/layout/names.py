@@ -273,12 +273,14 @@ def file_epoch(name: str) -> int | None:
 
 OWNER_FILE = "prefetchd.owner"
 LOCK_FILE = "prefetchd.lock"
+FENCE_FILE = "prefetchd.job"  # ram_dir: the job its shards belong to, locked by its daemon
 # Names prefetchd makes directly inside each of its three directories (besides the files
 # inside its sub-directories): an existing directory holding anything else is not ours.
 OWN_TOP_NAMES = frozenset(
     {
         OWNER_FILE,
         LOCK_FILE,
+        FENCE_FILE,
         ".tmp",
         "meta",
         "ready",
@@ -334,5 +336,18 @@ _OWN_FILES: dict[str, Callable[[str], bool]] = {
     "progress": lambda n: download_log_epoch(n) is not None,
     "journal": lambda n: journal_writer(n) is not None,
     "epochs": lambda n: re.fullmatch(r"[0-9]+\.(downloaded|complete)", n) is not None,
-    "shards": lambda n: parse_ledger_name(n) is not None,
+    "shards": lambda n: parse_ledger_name(n) is not None or shard_mix_of(n) is not None,
 }
+
+
+def shard_mix_name(shard: str) -> str:
+    """``state_dir/shards/<shard>.mix``: which objects shard ``shard`` holds (``ShardMix``)."""
+    return shard + ".mix"
+
+
+def shard_mix_of(name: str) -> str | None:
+    """The shard whose mix file ``name`` is, or None."""
+    if not name.endswith(".mix"):
+        return None
+    shard = name[: -len(".mix")]
+    return shard if parse_shard_name(shard) is not None else None

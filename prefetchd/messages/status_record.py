@@ -103,6 +103,9 @@ class StatusRecord:
     pid: int = 0
     prefetchd_version: str | None = None  # the running daemon's release, not the reader's
     config: str | None = None
+    # the job it runs (state_dir/job.json) and its first log line: resumed or new, and why
+    job_id: str | None = None
+    job: str | None = None
     started: float = 0.0
     updated: float = 0.0  # epoch seconds, for people
     # time.monotonic() of the same moment (CLOCK_MONOTONIC, system-wide): what staleness is
@@ -152,6 +155,8 @@ class StatusRecord:
     consumer_wait_ratio: float = 0.0
     # where the live trainer processes that resumed from a saved position did ("; "-joined)
     trainers_resumed: str | None = None
+    # the job resumed the interrupted epoch of a job run on another number of hosts
+    job_resumed: str | None = None
     children: dict[str, ChildStatus] = field(default_factory=dict)
     last_errors: tuple[ErrorEntry, ...] = ()
     sources: tuple[SourceStatus, ...] = ()  # with several sources (sources:), one each

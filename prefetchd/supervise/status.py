@@ -299,6 +299,8 @@ def _header(status: StatusRecord) -> list[str]:
         + (f", version {status.prefetchd_version}" if status.prefetchd_version else ""),
         f"  config        {_safe(status.config or '?', 300)}",
     ]
+    if status.job:
+        lines.append(f"  job           {_safe(status.job, 300)}")
     if status.outcome_summary:
         lines.append(f"  outcome       {_safe(status.outcome_summary, 300)}")
     verdict = status.bottleneck
@@ -324,6 +326,7 @@ def _throughput(s: StatusRecord) -> list[str]:
         f"    writers     blocked on RAM {_pct(s.writer_ram_wait_ratio)} of the last "
         f"10 s, {_duration(s.writer_ram_wait_s)} in all (summed over writers)",
         *([f"    resumed     {_safe(s.trainers_resumed)}"] if s.trainers_resumed else []),
+        *([f"    job         {_safe(s.job_resumed)}"] if s.job_resumed else []),
     ]
 
 

@@ -28,8 +28,9 @@ from prefetchd.budget import rename_under_budget_lock
 from prefetchd.config import Config
 from prefetchd.errors import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK
 from prefetchd.exactly_once.ledger import forget_epoch, record_delivered
-from prefetchd.exactly_once.markers import first_epoch_without, mark_complete
+from prefetchd.exactly_once.markers import first_epoch_without, mark_complete, mark_downloaded
 from prefetchd.exactly_once.recovery import CACHE, RAM, recover, write_disks
+from prefetchd.fence import remove_fence, write_fence
 from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claimed_object, epoch_prefix, is_own_file, parse_claim_name
 from prefetchd.logs import redact
@@ -38,10 +39,12 @@ from prefetchd.messages.counters import Counts
 from prefetchd.messages.epoch_keep import hit_ratio
 from prefetchd.messages.status_record import ChildStatus, DaemonState, EpochStatus, StatusRecord
 from prefetchd.owner import Ownership, claim_dirs
+from prefetchd.progress import HostPositions, read_host_positions
 from prefetchd.roles.shell import child_main
 from prefetchd.roles.table import ROLES
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.diagnosis import diagnose
+from prefetchd.supervise.job import JobStart, decide, save_job
 from prefetchd.supervise.keep_status import keep_epochs
 from prefetchd.supervise.outcome import COMPLETE, bad_object_failure, outcome
 from prefetchd.supervise.sdnotify import notify, watchdog_interval
@@ -75,6 +78,7 @@ class Supervisor:
         self.lifecycle = Lifecycle(self.children, self._start_process)
         self.state = DaemonState.STARTING  # then only DAEMON.move changes it
         self.reason: str | None = None
+        self.job_resumed: str | None = None  # sharding.resume_from: which job, which epoch
         # once done and the children's final counters are in: (outcome, summary), outcome.py
         self.outcome: tuple[str, str] | None = None
         self.signals: deque[int] = deque()
@@ -91,6 +95,9 @@ class Supervisor:
         self.started = time.time()  # shown to people; durations use started_monotonic
         self.started_monotonic = time.monotonic()
         self.ownership = Ownership([])
+        self.job_id: str | None = None  # the job this daemon runs, and what it said about it
+        self.job_note: str | None = None
+        self._fence: int | None = None  # holds the lock of ram_dir's job fence (fence.py)
         self._finished: Watch | None = None  # claimed/: a trainer deleted a shard it read
         self._vanished: Watch | None = None  # ready/: nobody but a stranger deletes there
         self._last_status = 0.0
@@ -128,6 +135,8 @@ class Supervisor:
             for watch in (self._finished, self._vanished):
                 if watch is not None:
                     watch.close()
+            if self._fence is not None:
+                os.close(self._fence)  # the fence stays, stale: trainers of this job read on
             self.ownership.close()
         if self.state is DaemonState.FAILED:
             return EXIT_FAILURE
@@ -141,13 +150,18 @@ class Supervisor:
 
     def _boot(self) -> None:
         self.ownership = claim_dirs(self.layout, self.config)
+        # First: no trainer claims again until we know whose shards ram_dir holds (fence.py)
+        remove_fence(self.layout.job_fence)
         self.layout.create()
-        if self._prepare_state():
+        start = self._prepare_state()
+        if start.resume:
             reason = recover(self.layout, self.ownership)
             if reason is not None:
                 self._fail(reason)
                 return  # nothing starts; status says why, and ready_files() raises it
         write_disks(self.layout, self.ownership)
+        # what stays is decided: trainers may claim (before any child publishes a shard)
+        self._fence = write_fence(self.layout.job_fence, self.job_id or "", self.job_note or "")
         self._finished = Watch(self.layout.ram_claimed, IN_DELETE)
         self._vanished = Watch(self.layout.ram_ready, IN_DELETE)
         # SIGHUP drains like SIGTERM: it comes from a closed terminal, never from systemd or
@@ -168,33 +182,61 @@ class Supervisor:
         self.lifecycle.start_all()
         self._publish_status(force=True)
 
-    def _prepare_state(self) -> bool:
-        """Resume the same unfinished job (True); otherwise start clean, sweeping what was
-        left (False)."""
-        fingerprint = self.config.job_fingerprint()
-        try:
-            previous = json.loads(self.layout.job_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            previous = None
-        resume = (
-            previous is not None
-            and previous.get("fingerprint") == fingerprint
-            and not previous.get("finished")
-        )
-        if resume:
-            log.info("resuming the unfinished job found in %s", self.layout.state)
-        else:
-            self._wipe()
+    def _prepare_state(self) -> JobStart:
+        """Resume the same unfinished job, or start a new one, sweeping what the old one left;
+        says which in the daemon's first log line (``supervise/job.py``). A new job with
+        ``sharding.resume_from`` resumes the interrupted epoch of a job on another number of
+        hosts (``_resume_hosts``)."""
+        start = decide(self.layout, self.config.job_fingerprint())
+        # the old hosts' positions are checked before anything is touched (exit 2 naming
+        # what is missing), and the epochs they finished are this job's too
+        rehost = read_host_positions(self.config) if self.config.sharding.resume_from else None
+        if rehost is not None:
+            self.job_resumed = (
+                f"resumed epoch {rehost.epoch} of a job of {rehost.num_workers} hosts "
+                f"(positions in {self.config.sharding.resume_from})"
+            )
+        removed, foreign = (0, []) if start.resume else self._wipe()
+        if rehost is not None and not start.resume:
+            self._resume_hosts(rehost)
         for stale in self.layout.children.iterdir():
             stale.unlink()
-        job = {"fingerprint": fingerprint, "finished": False, "started": time.time()}
-        write_atomic(self.layout.job_file, json.dumps(job).encode(), fsync=True)
-        return resume
+        save_job(self.layout, start)
+        self.job_id = start.job
+        self.job_note = start.note(
+            epoch=self._first_incomplete_epoch(), count=self.config.epochs.count, removed=removed
+        )
+        log.info("%s", self.job_note)
+        if rehost is not None and not start.resume:
+            sharding = self.config.sharding
+            log.info(
+                "resuming epoch %d of a job of %d hosts (positions in %s) as host %d of %d",
+                rehost.epoch,
+                rehost.num_workers,
+                sharding.resume_from,
+                sharding.worker_index,
+                sharding.num_workers,
+            )
+        for path in foreign:
+            log.warning("left %s alone: prefetchd did not make it", path)
+        return start
 
-    def _wipe(self) -> None:
+    def _resume_hosts(self, hosts: HostPositions) -> None:
+        """A new job resuming one run on ``hosts.num_workers`` hosts: the epochs before the
+        interrupted one were delivered by the old hosts, so they are marked downloaded and
+        complete here (the trainers pass over them); the downloader delivers what is left of
+        the interrupted one (``download/rehost.py``)."""
+        for epoch in range(hosts.epoch):
+            mark_downloaded(self.layout, epoch, 0)
+            mark_complete(self.layout, epoch)
+
+    def _wipe(self) -> tuple[int, list[str]]:
         """Delete what an earlier job left: only names our scheme makes (``layout.is_own_file``);
-        anything else in our directories is someone's, and stays."""
+        anything else in our directories is someone's, and stays. Returns how many shards it
+        deleted from ram_dir and the paths it left alone."""
         lay = self.layout
+        shard_dirs = set(lay.ram_shard_dirs)
+        removed, foreign = 0, []
         lay.disks_file.unlink(missing_ok=True)
         for directory in (
             lay.cache_tmp,
@@ -211,8 +253,10 @@ class Supervisor:
             for entry in os.scandir(directory):
                 if is_own_file(directory.name, entry.name) and not entry.is_dir():
                     os.unlink(entry.path)
+                    removed += directory in shard_dirs
                 else:
-                    log.warning("left %s alone: prefetchd did not make it", entry.path)
+                    foreign.append(entry.path)
+        return removed, foreign
 
     def _first_incomplete_epoch(self) -> int:
         return first_epoch_without(self.layout.complete_marker)
@@ -297,6 +341,8 @@ class Supervisor:
         done += [shard for _, shard in retired]
         if done:
             record_delivered(self.layout, done)
+        for shard in done:  # a position covered it before its trainer freed it: no one reads it
+            self.layout.shard_mix(shard).unlink(missing_ok=True)
         for name, _ in retired:  # noted first: a crash in between leaves them, still delivered
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.layout.ram_done / name)
@@ -572,6 +618,9 @@ class Supervisor:
             consumer_wait_s=round(wait_total, 3),
             consumer_wait_ratio=round(wait_ratio, 3),
             trainers_resumed="; ".join(resumed)[:400] or None,
+            job_id=self.job_id,
+            job=self.job_note,
+            job_resumed=self.job_resumed,
             children={
                 c.name: _child_status(c, c.last_report or ChildReport(), now) for c in self.children
             },

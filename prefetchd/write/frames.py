@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Iterable, Iterator
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,38 @@ class Frames:
 
 
 EMPTY = Frames.of(b"", b"")
+
+
+def without(batches: Iterable[Frames], skip: Sequence[Sequence[int]]) -> Iterator[Frames]:
+    """``batches`` less the records whose index (counted over all batches) lies in one of the
+    sorted ranges ``skip``: an object resumed on another host, those records already trained
+    (``progress.py``). Work per kept run of records, not per record."""
+    first = 0  # index of the batch's first record
+    for frames in batches:
+        count = len(frames)
+        keep, at = [], 0
+        for a, b in skip:
+            lo, hi = max(a - first, 0), min(b - first, count)
+            if lo >= hi:
+                continue
+            if at < lo:
+                keep.append((at, lo))
+            at = max(at, hi)
+        if at < count:
+            keep.append((at, count))
+        first += count
+        if keep == [(0, count)]:
+            yield frames
+            continue
+        data, ends, offset = [], array("Q"), 0
+        for a, b in keep:
+            start = frames.start(a)
+            data.append(frames.data[start : frames.ends[b - 1]])
+            shift = offset - start
+            ends.extend(e + shift for e in frames.ends[a:b])
+            offset += frames.ends[b - 1] - start
+        if ends:
+            yield Frames.of(b"".join(data), ends)
 
 
 def batched(records: Iterable[bytes], max_bytes: int = BATCH_BYTES) -> Iterator[Frames]:

@@ -45,7 +45,7 @@ from prefetchd.write.formats import (
     shuffled_object_frames,
 )
 from prefetchd.write.formats.plugin import PluginFormat
-from prefetchd.write.frames import BATCH_BYTES, EMPTY, Frames
+from prefetchd.write.frames import BATCH_BYTES, EMPTY, Frames, without
 from prefetchd.write.quarantine import ParseTimeout, Reason, classify
 from prefetchd.write.shuffle import Holding
 
@@ -163,6 +163,10 @@ class ObjectReader:
             )
         else:
             batches = object_frames(fmt, key, str(path))
+        skip = meta.get("skip")
+        if isinstance(skip, list) and skip:
+            # resumed on another number of hosts: these records were trained before
+            batches = without(batches, skip)
         obj = OpenObject(name, key, parsed[0], path, batches, taken=resume_at, holding=holding)
         obj.meta, obj.source = meta, source
         return obj

@@ -3,7 +3,8 @@
 Commit protocol (``state_dir/journal/w<i>.log``, one JSON line per shard, fsynced; the line's
 format is ``exactly_once/journal.py``)::
 
-    shard complete in .tmp  ->  ledger line (``exactly_once/ledger.py``)  ->  journal line
+    shard complete in .tmp  ->  its mix (``shards/<shard>.mix``)  ->  ledger line
+    (``exactly_once/ledger.py``)  ->  journal line
     {shard, positions, finished}  ->  rename into ready/  ->  delete the raw objects whose last
     record is in that shard (meta first: a meta whose object is gone then always means the
     object vanished)
@@ -23,11 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefetchd.atomic import write_atomic
 from prefetchd.budget import Interrupted, RamBudget
 from prefetchd.exactly_once.journal import Journal, JournalEntry
 from prefetchd.exactly_once.ledger import record_published
 from prefetchd.layout import Layout, parse_shard_name, shard_name, unpart
 from prefetchd.messages.counters import WriterCounters
+from prefetchd.write.composition import Composition
 from prefetchd.write.flush import FlushClock
 from prefetchd.write.mixing import Mixer
 from prefetchd.write.objects import ObjectReader
@@ -79,6 +82,7 @@ class Publisher:
         self.order_state: Callable[[], dict[str, Any]] | None = None
         self.shard: ShardFile | None = None
         self.shard_epoch: int | None = None
+        self.composition = Composition()  # the current shard's objects, step by step
 
     def recover(self) -> dict[str, int]:
         """Finish what a crash interrupted: roll the last journalled shard forward if it is
@@ -139,6 +143,10 @@ class Publisher:
         )
         if shard is not None:
             shard.finish()
+            # which objects it holds, for positions that outlive this host (progress.py); a
+            # redone shard's replaces the one of the shard cut short
+            mix = self.composition.mix(self.mixer.open, self.mixer.finished)
+            write_atomic(self.layout.shard_mix(shard.name), mix.encode())
             record_published(self.layout, self.index, shard.name, shard.records)
         self.journal.append(entry)
         if shard is not None:
@@ -152,6 +160,7 @@ class Publisher:
             self.reader.delete(obj.name)
         self.mixer.finished.clear()
         self.shard = None
+        self.composition = Composition()
 
     def stop(self) -> None:
         """Drain: publish what is written so far so no record is stranded in a temp file."""
@@ -161,3 +170,4 @@ class Publisher:
         elif self.shard is not None:
             self.shard.discard()
             self.shard = None
+            self.composition = Composition()

@@ -234,6 +234,10 @@ class Writer:
             # `taken` counts only written records: shard_for may journal it (publishing a
             # shard of another epoch), and the write may be interrupted waiting for RAM
             self.publisher.shard_for(epoch).write_frames(drawn.parts, drawn.records)
+            assert self.mixer.picks_from is not None  # draw() drew them
+            self.publisher.composition.step(
+                mixable, self.mixer.picks_from, drawn.stop - drawn.records, drawn.stop
+            )
         self.mixer.advance(mixable, drawn)
 
     def _filling(self) -> bool:

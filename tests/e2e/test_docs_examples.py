@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,15 @@ from .test_tensorflow import SMALL, free_ports, tf_config
 pytestmark = pytest.mark.e2e
 
 
-def example(page: str, tmp_path: Path) -> Path:
-    """The first python block under the page's "## Example" heading, as a script file."""
+def example(page: str, tmp_path: Path, heading: str = "Example") -> Path:
+    """The first python block under the page's ``## <heading>``, as a script file."""
     text = (ROOT / "docs" / page).read_text()
-    section = text.split("\n## Example\n", 1)[1]
+    section = text.split(f"\n## {heading}\n", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None, f"{page} has no example"
+    assert code is not None, f"{page} has no python block under {heading!r}"
     # train_*.py: a script named tensorflow.py or keras.py would shadow the package
-    script = tmp_path / ("train_" + page.replace(".md", ".py").replace("-", "_"))
+    name = page.replace(".md", "") + ("" if heading == "Example" else "_resume")
+    script = tmp_path / f"train_{name.replace('-', '_')}.py"
     script.write_text(code.group(1))
     return script
 
@@ -97,3 +99,50 @@ def test_the_multi_worker_example_trains_every_record_once(
         assert totals == [("0", str(len(dataset["ids"]))), ("1", str(len(dataset["ids"])))], (
             json.dumps(out[-2000:])
         )
+
+
+def test_the_multi_worker_resume_recipe_runs_as_written_after_every_worker_was_killed(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """docs/multi-worker.md's resume recipe: both workers killed once each saved twice, then
+    started again with the same command, finish, and each daemon sees every epoch consumed
+    (tests/e2e/test_tensorflow.py checks the same recipe record by record)."""
+    upload("tfrecord", SMALL * 2, seed=19)
+    script = example("multi-worker.md", tmp_path, "Resume after every worker was killed")
+    ports = free_ports(2)
+    checkpoints = tmp_path / "ckpt"
+    configs, daemons = [], []
+    for index in range(2):
+        config = write_config(
+            tmp_path / f"host{index}",
+            epochs__count=2,
+            output__shard_size="64KiB",
+            sharding={"num_workers": "auto"},
+        )
+        configs.append(config)
+        daemons.append(run_daemon(config, env={"TF_CONFIG": tf_config(ports, index)}))
+
+    def start() -> list[subprocess.Popen[str]]:
+        return [
+            run(script, str(config), str(checkpoints), env={"TF_CONFIG": tf_config(ports, i)})
+            for i, config in enumerate(configs)
+        ]
+
+    first = start()
+    deadline = time.monotonic() + 120
+    while not all((checkpoints / f"worker{i}" / "ckpt-2.index").exists() for i in range(2)):
+        assert time.monotonic() < deadline, "the workers saved no second checkpoint in 120 s"
+        for proc in first:
+            if proc.poll() is not None:
+                pytest.fail(f"a worker ended before the kill:\n{proc.communicate()[0][-3000:]}")
+        time.sleep(0.1)
+    for proc in first:
+        proc.kill()
+        proc.communicate()
+    outputs = [finish(proc) for proc in start()]
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    assert all(re.search(r"trained \d+ steps", out) for out in outputs), outputs

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -288,3 +290,106 @@ def test_keras_fit_under_multi_worker_mirrored_strategy_trains_with_the_workarou
     for result in fit_on_two_workers(tmp_path, "workaround"):
         assert result.get("trained"), result
         assert len(result["loss"]) == 2
+
+
+def journal(out: Path) -> list[dict[str, Any]]:
+    """The lines a ``tests.e2e.mwms_resume_trainer`` run wrote (the last may be cut short)."""
+    lines = []
+    for text in out.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except ValueError:
+            break  # the kill cut the last line short
+    return lines
+
+
+def wait_for_position(directory: Path, *, save: int = 0, epoch: int = 0) -> None:
+    """Until ``directory`` holds a saved position of save number ``save`` or later whose first
+    epoch still to train is ``epoch`` or later (bounded: fails after 120 s)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for path in directory.glob("prefetchd-position-*.json"):
+            try:
+                saved = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # being written
+            if int(path.stem.rsplit("-", 1)[1]) >= save and saved["epoch"] >= epoch:
+                return
+        time.sleep(0.1)
+    pytest.fail(f"no position of save {save}+ and epoch {epoch}+ in {directory}")
+
+
+def test_multi_worker_mirrored_workers_all_killed_resume_from_the_save_all_finished_once(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Two ``MultiWorkerMirroredStrategy`` workers, each with its own daemon and its own
+    checkpoints (docs/multi-worker.md's resume recipe, every 4 steps and at each epoch's end),
+    are all killed twice: mid-epoch, and at the checkpoint after epoch 0's last step. Each time
+    worker 1 dies after saving its model and before saving its position, so worker 0, which
+    finished that save, must go back one save (the second time across the end of the epoch).
+    Over the three runs every record of both epochs is trained exactly once, counting what the
+    restored checkpoints hold."""
+    dataset = upload("tfrecord", SMALL * 2, seed=13)
+    ports = free_ports(2)
+    configs = [
+        write_config(
+            tmp_path / f"host{index}",
+            epochs__count=2,
+            output__shard_size="64KiB",
+            sharding={"num_workers": "auto"},
+        )
+        for index in range(2)
+    ]
+    daemons = [
+        run_daemon(config, env={"TF_CONFIG": tf_config(ports, index)})
+        for index, config in enumerate(configs)
+    ]
+    checkpoints = tmp_path / "ckpt"
+
+    def start(run: int, *worker1: str) -> list[tuple[subprocess.Popen[bytes], Path]]:
+        started = []
+        for index, config in enumerate(configs):
+            out = tmp_path / f"run{run}-worker{index}.jsonl"
+            args = (str(checkpoints), "--epochs", "2", "--save-every", "4")
+            extra = worker1 if index == 1 else ()
+            env = {"TF_CONFIG": tf_config(ports, index)}
+            trainer = "tests.e2e.mwms_resume_trainer"
+            started.append((start_trainer(trainer, config, out, *args, *extra, env=env), out))
+        return started
+
+    def crash(run: int, die: str, **worker0_saved: int) -> None:
+        (first, first_out), (second, second_out) = start(run, "--die-saving", die)
+        assert second.wait(300) == -signal.SIGKILL, log_tail(second_out)
+        # worker 0 finished that save, then waits for worker 1 in the next all-reduce
+        wait_for_position(checkpoints / "worker0", **worker0_saved)
+        first.kill()
+        assert first.wait(60) == -signal.SIGKILL, log_tail(first_out)
+
+    crash(0, "20", save=5)  # saves at steps 4, 8, 12, 16, 20
+    crash(1, "end0", epoch=1)
+    for proc, out in start(2):
+        assert proc.wait(300) == 0, log_tail(out)
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+
+    runs = [[journal(tmp_path / f"run{r}-worker{w}.jsonl") for w in range(2)] for r in range(3)]
+    restored = [[lines[0]["restored"] for lines in run] for run in runs]
+    epoch0_end = max(line["step"] for line in runs[1][0] if line.get("epoch") == 0)
+    assert restored[0] == [0, 0]
+    assert restored[1] == [16, 16], "the workers did not agree on the last save both finished"
+    assert restored[2][0] == restored[2][1], "the workers restored different saves"
+    assert epoch0_end - 4 < restored[2][0] <= epoch0_end, "not the last save inside epoch 0"
+    assert all(lines[-1] == {"finished": True} for lines in runs[2])
+    trained: Counter[tuple[int, int]] = Counter()
+    for r, run in enumerate(runs):
+        kept_until = restored[r + 1][0] if r < 2 else None  # what the next run restored
+        for lines in run:
+            for line in lines:
+                if "ids" in line and (kept_until is None or line["step"] <= kept_until):
+                    trained.update((line["epoch"], rid) for rid in line["ids"])
+    for epoch in range(2):
+        got = Counter({rid: n for (e, rid), n in trained.items() if e == epoch})
+        assert got == Counter(dataset["ids"]), f"epoch {epoch}: records lost or trained twice"

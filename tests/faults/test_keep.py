@@ -198,7 +198,7 @@ def test_the_kept_set_is_reused_after_the_daemon_is_sigkilled_between_epochs(
     assert served_once(proxy, dataset) == {}  # nothing kept was fetched again after the kill
     status = read_status(config)
     assert status is not None and status["keep_hits"] > 0  # served by the restarted daemon
-    assert "resuming the unfinished job" in second.output()
+    assert "resuming job " in second.output()
 
 
 def _kept_file_of(tmp_path: Path, key: str) -> Path:

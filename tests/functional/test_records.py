@@ -161,6 +161,20 @@ def test_a_position_of_another_job_raises_one_clear_line(config: Config) -> None
     stream.close()
 
 
+def test_a_position_saved_in_another_daemon_job_raises_naming_both(config: Config) -> None:
+    """Same config, but the daemon's job is another (its state was removed, say): the shard
+    names the position lists are that job's, so it must not skip or take them."""
+    publish(config, 0, 0, count=2)
+    stream = prefetchd.records(config, epoch=0, timeout=10, position={})
+    next(stream)
+    saved = stream.position()
+    assert saved["job"]["id"] == "f" * 16, "the position names the fenced job (conftest)"
+    other = {**saved, "job": {**saved["job"], "id": "0" * 16}}
+    with pytest.raises(PositionError, match=r"saved in job 0{16}, and the daemon now runs job f"):
+        next(prefetchd.records(config, epoch=0, timeout=10, position=other))
+    stream.close()
+
+
 def test_records_is_exported_lazily() -> None:
     assert "records" in prefetchd.__all__
     assert prefetchd.records.__module__ == "prefetchd.consume.records"

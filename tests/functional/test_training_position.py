@@ -17,6 +17,7 @@ import pytest
 from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.consume.position import TrainingPosition, count_records
+from prefetchd.errors import PositionError
 from prefetchd.layout import Layout, shard_name
 from prefetchd.tfrecord import frame, read_records
 
@@ -99,6 +100,40 @@ def test_a_finished_epoch_moves_the_position_on(config: Config) -> None:
     assert position.to_json() == {"version": 2, "epoch": 1, "consumed": [], "records": {}}
 
 
+def test_an_epoch_the_position_is_past_gives_nothing_and_leaves_the_position_where_it_is(
+    config: Config,
+) -> None:
+    """Under a multi-worker strategy a worker whose share of epoch 0 ran out before the save
+    still steps through epoch 0's end with the others after a restore."""
+    saved = {"version": 2, "epoch": 1, "consumed": [], "records": {}}
+    position = TrainingPosition(saved)
+    assert list(position.files(config, 0, timeout=5)) == []
+    position.epoch_done(0)
+    assert position.to_json() == saved
+
+
+def claimed(cfg: Config) -> list[str]:
+    return [name.partition("-")[2] for name in os.listdir(Layout.of(cfg).ram_claimed)]
+
+
+def test_a_save_that_keeps_past_epochs_frees_their_shards_only_when_told(
+    config: Config, tmp_path: Path
+) -> None:
+    """``save(..., free_past_epochs=False)``: another worker may resume from the position
+    before, inside the epoch, so its shards stay until every worker saved."""
+    name = publish(config, 0, 0, 2)
+    Layout.of(config).complete_marker(0).write_bytes(b"{}")
+    position = TrainingPosition({})
+    assert [skip for _, skip in position.files(config, 0, timeout=5)] == [0]
+    position.trained(2)
+    position.save(tmp_path / "inside.json")
+    position.epoch_done(0)
+    position.save(tmp_path / "past.json", free_past_epochs=False)
+    assert claimed(config) == [name], "freed before every worker saved past the epoch"
+    position.free_past_epochs()
+    assert claimed(config) == []
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -145,3 +180,24 @@ def test_dataset_takes_a_training_position_and_an_epoch(config: Config) -> None:
         prefetchd.tf.dataset(config, epoch=0, position={})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs epoch"):
         prefetchd.tf.dataset(config, position=TrainingPosition())
+
+
+@pytest.mark.parametrize("api", ["tf.dataset", "keras.PositionCheckpoint"])
+def test_a_training_position_of_another_job_raises_one_line_before_training(
+    config: Config, tmp_path: Path, api: str
+) -> None:
+    """Not from inside tf.data's thread at the first batch: where the trainer hands it over."""
+    position = TrainingPosition({})
+    saved = {**position.to_json(), "job": {"dataset": "0123456789abcdef", "seed": 0}}
+    path = tmp_path / "position.json"
+    path.write_text(json.dumps(saved))
+    with pytest.raises(PositionError, match=r"another dataset \(0123456789abcdef") as raised:
+        if api == "tf.dataset":
+            import prefetchd.tf
+
+            prefetchd.tf.dataset(config, epoch=0, position=TrainingPosition.load(path))
+        else:
+            import prefetchd.keras
+
+            prefetchd.keras.PositionCheckpoint(config, path, batch_size=8)
+    assert "\n" not in str(raised.value)

@@ -933,6 +933,10 @@ def test_sources_are_a_list_with_weights_and_names_defaulting_to_their_index() -
             r"sources\[1\]\.region: every source must be in the store of sources\[0\]",
         ),
         (_mixed(download={"keep": "1GiB"}), "download.keep is not allowed with several sources"),
+        (
+            _mixed(sharding={"resume_from": "/tmp/old-positions"}),
+            "sharding.resume_from is not allowed with several sources",
+        ),
         (_mixed(epochs={"on_exhausted": "wrap"}), "epochs.on_exhausted: 'wrap' is not allowed"),
         (
             _mixed(epochs={"weights_by_epoch": [{"epoch": 1, "weights": {"web": 1}}]}),

@@ -246,8 +246,8 @@ INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 # and classes.
 NOT_CODE_SUFFIXES = {
     "json", "log", "lock", "yaml", "yml", "toml", "txt", "md", "tfrecord", "gz", "zst", "part",
-    "owner", "downloaded", "complete", "delivered", "parsing", "service", "mount", "conf", "sh",
-    "png", "csv", "tar", "so", "html", "keep",
+    "owner", "job", "downloaded", "complete", "delivered", "parsing", "service", "mount", "conf",
+    "sh", "png", "csv", "tar", "so", "html", "keep",
 }  # fmt: skip
 FOREIGN_MODULES = {
     "tf", "torch", "keras", "np", "numpy", "os", "sys", "time", "json", "signal", "socket",

@@ -108,5 +108,9 @@ def test_every_dataset_has_a_quick_count_and_bar_datasets_exist() -> None:
     assert {"large", "medium", "small", "tfrecord16", "lines", "tar", "tarsmall"} <= set(
         datasets.NAMES
     )
-    assert set(datasets.PACED) == {"large", "medium", "small"}
+    assert set(datasets.PACED) == {"large", "medium", "small", "tfrecord16"}
+    # issue 28's table: 96 x 16 MiB TFRecords and 3,000 raw objects of 96-160 KiB
+    tf16, small = datasets.BY_NAME["tfrecord16"], datasets.BY_NAME["small"]
+    assert (tf16.objects, tf16.min_size, tf16.max_size) == (96, 16 * MiB, 16 * MiB)
+    assert (small.objects, small.min_size, small.max_size) == (3000, 96 * 1024, 160 * 1024)
     assert all(0 < d.quick_objects < d.objects for d in datasets.DATASETS)

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from prefetchd.config import config_from_dict
-from prefetchd.consume.position_format import check_job, job_tag
+from prefetchd.consume.position_format import check_job
 from prefetchd.errors import PositionError
+from prefetchd.progress import job_tag
 
 
 def mixed(weight: float = 0.3, **epochs: Any) -> dict[str, Any]:

@@ -111,3 +111,17 @@ def test_a_daemon_that_stops_writing_status_still_expires_the_grace(layout: Layo
     now[0] += 2
     with pytest.raises(DaemonFailed, match="gone for more than 60 s"):
         health.check()
+
+
+def test_a_trainer_started_after_the_job_finished_is_told_so_after_the_grace(
+    layout: Layout,
+) -> None:
+    """Its fence is stale, so the trainer waits for a daemon; none comes: the error says the
+    job finished and what to do, not that the daemon failed."""
+    now = [500.0]
+    write_status(layout, state="done", updated=time.time() - HOUR)
+    health = DaemonHealth(layout, grace=60, monotonic=lambda: now[0])
+    health.check()
+    now[0] += 61
+    with pytest.raises(DaemonFailed, match=r"finished its job at .* start `prefetchd run`"):
+        health.check()

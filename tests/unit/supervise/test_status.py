@@ -288,3 +288,10 @@ def test_a_fresh_status_of_a_live_process_is_running_and_of_a_dead_one_is_not() 
         live.wait()
     assert not is_running(record), "the process is gone"
     assert not is_running(None)
+
+
+def test_table_says_which_job_the_daemon_runs() -> None:
+    """The daemon's first log line is also the table's ``job`` line (``supervise/job.py``)."""
+    note = "starting a new job 9ab2c3d4e5f60718 (epochs.seed changed 0 -> 1)"
+    table = render_table(decoded({"state": "running", "job_id": "9ab2c3d4e5f60718", "job": note}))
+    assert f"  job           {note}" in table.splitlines()
