@@ -31,11 +31,15 @@ COMPRESSIONS = ("none", "gzip")
 BAD_OBJECT_POLICIES = ("skip", "fail")  # output.on_bad_object
 FAST, REPLAYABLE = "fast", "replayable"
 ORDERS = (FAST, REPLAYABLE)  # epochs.order
+REPEAT, STOP = "repeat", "stop"
+EXHAUSTED = (REPEAT, STOP)  # epochs.on_exhausted
 ADDRESSING_STYLES = ("auto", "path", "virtual")
 DEFAULT_MAX_RECORD_SIZE = 64 * 1024**2
 DEFAULT_PARSE_TIMEOUT = 300.0
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$")  # a source's name (sources[i].name)
+MAX_SOURCES = 256  # one byte of the plan's source column
 _PLUGIN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 
 
@@ -52,6 +56,10 @@ class SourceConfig:
     format: str = "tfrecord"
     manifest: str | None = None
     parse_timeout: float = DEFAULT_PARSE_TIMEOUT  # seconds a format plugin may spend on one object
+    # Only in ``sources:`` (docs/sources.md): this source's share of an epoch's bytes, and the
+    # name status, metrics and ``weights_by_epoch`` call it by (``s<index>`` by default).
+    weight: float = 1.0
+    name: str = "s0"
 
     @property
     def bucket(self) -> str:
@@ -77,6 +85,10 @@ class EpochsConfig:
     shuffle: bool = True
     seed: int = 0
     order: str = "fast"  # fast | replayable (ORDERS)
+    # With several sources (docs/sources.md): which source's pass ends an epoch, and the
+    # weights from some epoch on, as ((first epoch, {source name: weight}), ...) by epoch.
+    on_exhausted: str = "repeat"  # repeat | stop (EXHAUSTED)
+    weights_by_epoch: tuple[tuple[int, tuple[tuple[str, float], ...]], ...] = ()
 
 
 def default_client() -> str:
@@ -132,10 +144,29 @@ class Config:
     status: StatusConfig = field(default_factory=StatusConfig)
     log: LogConfig = field(default_factory=LogConfig)
     path: Path | None = None  # the YAML file it came from, if any
+    # Every source, ``source`` first (``sources:`` in the file); empty means ``(source,)``.
+    sources: tuple[SourceConfig, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            object.__setattr__(self, "sources", (self.source,))
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the job reads several sources (``sources:`` with more than one entry)."""
+        return len(self.sources) > 1
 
     def job_fingerprint(self) -> dict[str, Any]:
         """What makes two runs "the same job", so a restart may resume the other's state."""
+        mixture: dict[str, Any] = {}
+        if self.mixed:
+            mixture = {
+                "sources": [[*source_identity(s), s.name, s.weight] for s in self.sources],
+                "on_exhausted": self.epochs.on_exhausted,
+                "weights_by_epoch": [[e, dict(w)] for e, w in self.epochs.weights_by_epoch],
+            }
         return {
+            **mixture,
             "url": self.source.url,
             "endpoint_url": self.source.endpoint_url,
             "include": list(self.source.include),
@@ -147,6 +178,11 @@ class Config:
             "compression": self.output.compression,
             "writers": self.output.writers,  # writer journals are per writer index
         }
+
+
+def source_identity(src: SourceConfig) -> list[Any]:
+    """What selects and parses a source's records (its dataset), for job fingerprints."""
+    return [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -234,40 +270,130 @@ def config_from_dict(
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError("the config must be a mapping of sections (source, download, ...)")
-    _reject_unknown(data, _SECTIONS, "")
+    _reject_unknown(data, {**_SECTIONS, "sources": None}, "")
+    if "source" in data and "sources" in data:
+        raise ConfigError(
+            "source and sources are both set: use source for one source or sources for several "
+            "mixed by weight, not both"
+        )
     sections: dict[str, Any] = {}
     for name, (cls, fields) in _SECTIONS.items():
+        if name == "source" and "sources" in data:
+            continue
         raw = data.get(name, {})
         if raw is None:
             raw = {}
         if not isinstance(raw, Mapping):
             raise ConfigError(f"{name}: expected a mapping of keys, got {_show(raw)}")
-        _reject_unknown(raw, fields, name + ".")
-        values: dict[str, Any] = {}
-        for key, spec in fields.items():
-            dotted = f"{name}.{key}"
-            if key not in raw:
-                if spec.required:
-                    raise ConfigError(f"{dotted} is required")
-                continue
-            try:
-                values[key] = spec.convert(raw[key])
-            except ValueError as exc:
-                raise ConfigError(f"{dotted}: {_show(raw[key])} is not allowed: {exc}") from None
-            if isinstance(values[key], Path) and not values[key].is_absolute():
-                values[key] = (base_dir or Path.cwd()) / values[key]
-            if dotted == "source.manifest" and values[key] and "://" not in values[key]:
-                values[key] = str((base_dir or Path.cwd()) / Path(values[key]).expanduser())
-        sections[name] = cls(**values)
-    if "source" not in data:
+        sections[name] = _section(name, raw, cls, fields, base_dir)
+    sources: tuple[SourceConfig, ...] = ()
+    if "sources" in data:
+        sources = _sources(data["sources"], base_dir)
+        sections["source"] = sources[0]
+    elif "source" not in data:
         raise ConfigError("source.url is required")
     sharding = _resolve_sharding(data.get("sharding") or {}, trainer=trainer)
     sharding = replace(sharding, resume_from=sections["sharding"].resume_from)
-    config = Config(**{**sections, "sharding": sharding}, path=path)
+    config = Config(**{**sections, "sharding": sharding}, path=path, sources=sources)
     _check_cross_fields(config)
+    _check_sources(config)
     output = data.get("output") or {}
     config = _fit_writers_to_order(config, explicit="writers" in output)
     return _fit_max_record_size(config, explicit="max_record_size" in output)
+
+
+def _section(
+    name: str, raw: Mapping[Any, Any], cls: type, fields: Mapping[str, _Spec], base_dir: Path | None
+) -> Any:
+    """One section (or one entry of ``sources``, named ``sources[i]``) checked key by key."""
+    _reject_unknown(raw, fields, name + ".")
+    values: dict[str, Any] = {}
+    for key, spec in fields.items():
+        dotted = f"{name}.{key}"
+        if key not in raw:
+            if spec.required:
+                raise ConfigError(f"{dotted} is required")
+            continue
+        try:
+            values[key] = spec.convert(raw[key])
+        except ValueError as exc:
+            raise ConfigError(f"{dotted}: {_show(raw[key])} is not allowed: {exc}") from None
+        if isinstance(values[key], Path) and not values[key].is_absolute():
+            values[key] = (base_dir or Path.cwd()) / values[key]
+        if key == "manifest" and values[key] and "://" not in values[key]:
+            values[key] = str((base_dir or Path.cwd()) / Path(values[key]).expanduser())
+    return cls(**values)
+
+
+def _sources(raw: object, base_dir: Path | None) -> tuple[SourceConfig, ...]:
+    """``sources:``, a list of sources each with what ``source`` has plus ``weight`` and
+    ``name`` (``s<index>`` when not given; names are unique)."""
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(
+            f"sources: {_show(raw)} is not allowed: expected a non-empty list of sources, "
+            "each a mapping with url and weight"
+        )
+    if len(raw) > MAX_SOURCES:
+        raise ConfigError(f"sources: {len(raw)} sources is too many (at most {MAX_SOURCES})")
+    fields = {**_SECTIONS["source"][1], **_SOURCE_ONLY}
+    sources = []
+    for i, entry in enumerate(raw):
+        where = f"sources[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of keys, got {_show(entry)}")
+        src = _section(where, entry, SourceConfig, fields, base_dir)
+        if "name" not in entry:
+            src = replace(src, name=f"s{i}")
+        if "weight" not in entry and len(raw) > 1:
+            raise ConfigError(f"{where}.weight is required with several sources")
+        sources.append(src)
+    names = [s.name for s in sources]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"sources[{i}].name: {name!r} is not allowed: names must be unique")
+    return tuple(sources)
+
+
+def _check_sources(config: Config) -> None:
+    """What a job of several sources needs: one store (the downloader's one client; buckets
+    may differ), and neither ``download.keep`` nor ``sharding.resume_from`` yet
+    (docs/sources.md)."""
+    epochs = config.epochs
+    if not config.mixed:
+        if epochs.weights_by_epoch:
+            raise ConfigError("epochs.weights_by_epoch needs sources: with more than one source")
+        return
+    first = config.sources[0]
+    for i, src in enumerate(config.sources[1:], 1):
+        for key in ("endpoint_url", "region", "profile", "addressing_style"):
+            if getattr(src, key) != getattr(first, key):
+                raise ConfigError(
+                    f"sources[{i}].{key}: every source must be in the store of sources[0] for "
+                    f"now (the same endpoint_url, region, profile and addressing_style); {key} "
+                    "differs"
+                )
+    if config.download.keep:
+        raise ConfigError(
+            "download.keep is not allowed with several sources yet: set download.keep: 0"
+        )
+    if config.sharding.resume_from is not None:
+        raise ConfigError(
+            "sharding.resume_from is not allowed with several sources yet (a resume on another"
+            " number of hosts reads one source's share)"
+        )
+    names = {s.name for s in config.sources}
+    last = -1
+    for i, (epoch, weights) in enumerate(epochs.weights_by_epoch):
+        where = f"epochs.weights_by_epoch[{i}]"
+        if epoch <= last:
+            raise ConfigError(f"{where}.epoch: {epoch} is not allowed: epochs must increase")
+        last = epoch
+        given = {name for name, _ in weights}
+        if given != names:
+            raise ConfigError(
+                f"{where}.weights: names {sorted(given)} are not allowed: expected a weight for "
+                f"every source, {sorted(names)}"
+            )
 
 
 def _fit_writers_to_order(config: Config, *, explicit: bool) -> Config:
@@ -447,6 +573,38 @@ def _num_workers(value: object) -> int | str:
     return _int_in(1, 100_000)(value)
 
 
+def _weight(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1e6:
+        raise ValueError(
+            "expected a number above 0 and at most 1000000 (weights need not add up to 1)"
+        )
+    return float(value)
+
+
+def _source_name(value: object) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError("expected 1 to 32 letters, digits, '_', '-' or '.'")
+    return value
+
+
+def _weights_by_epoch(value: object) -> tuple[tuple[int, tuple[tuple[str, float], ...]], ...]:
+    shape = "expected a list of {epoch: <first epoch>, weights: {<source name>: <weight>}}"
+    if not isinstance(value, list):
+        raise ValueError(shape)
+    entries = []
+    for entry in value:
+        if not isinstance(entry, Mapping) or set(entry) != {"epoch", "weights"}:
+            raise ValueError(shape)
+        weights = entry["weights"]
+        if not isinstance(weights, Mapping) or not weights:
+            raise ValueError(shape)
+        epoch = _int_in(0, 1_000_000)(entry["epoch"])
+        entries.append(
+            (epoch, tuple(sorted((_source_name(k), _weight(w)) for k, w in weights.items())))
+        )
+    return tuple(entries)
+
+
 def _epoch_count(value: object) -> int | None:
     return None if value is None else _int_in(1, 1_000_000)(value)
 
@@ -481,6 +639,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
             "shuffle": _Spec(_bool),
             "seed": _Spec(_int_in(0, 2**63)),
             "order": _Spec(_choice(*ORDERS)),
+            "on_exhausted": _Spec(_choice(*EXHAUSTED)),
+            "weights_by_epoch": _Spec(_weights_by_epoch),
         },
     ),
     "download": (
@@ -519,6 +679,10 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Spec]]] = {
     ),
     "log": (LogConfig, {"level": _Spec(_choice(*LOG_LEVELS))}),
 }
+
+
+# Keys an entry of ``sources:`` has besides those of ``source``.
+_SOURCE_ONLY = {"weight": _Spec(_weight), "name": _Spec(_source_name)}
 
 
 def _resolve_sharding(raw: Mapping[str, Any], *, trainer: bool = False) -> ShardingConfig:

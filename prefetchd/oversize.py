@@ -43,6 +43,7 @@ class Oversized:
     few keys (bounded memory, whatever the listing's length)."""
 
     config: Config
+    source: int = 0  # index into config.sources
     count: int = 0
     total: int = 0
     bytes: int = 0
@@ -52,7 +53,7 @@ class Oversized:
     def add(self, key: str, size: int) -> None:
         """Count one listed object of this host's share."""
         self.total += 1
-        if self.config.source.format != "raw" or _compressed(key):
+        if self.config.sources[self.source].format != "raw" or _compressed(key):
             return
         if size <= self.config.output.max_record_size:
             return
@@ -67,7 +68,7 @@ class Oversized:
         if not self.count:
             return None
         out = self.config.output
-        bucket = self.config.source.bucket
+        bucket = self.config.sources[self.source].bucket
         named = ", ".join(
             f"s3://{bucket}/{escape_key(k)} ({format_size(s)})" for k, s in self.first
         )

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefetchd.config import Config
+from prefetchd.config import Config, source_identity
 from prefetchd.errors import ConfigError
 from prefetchd.layout import parse_shard_name
 
@@ -230,9 +230,18 @@ def _ranges(raw: Any, what: str) -> Ranges:
 
 
 def dataset_digest(config: Config) -> str:
-    """A hash of what selects and parses the dataset's records."""
-    src = config.source
-    dataset = [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
+    """A hash of what selects and parses the dataset's records: with several sources, every
+    source's, its name and weight, ``on_exhausted`` and ``weights_by_epoch``, which decide each
+    epoch's records. A job of one source hashes what it always did, so its saved positions
+    still load."""
+    dataset: list[Any] = source_identity(config.source)
+    if config.mixed:
+        epochs = config.epochs
+        dataset = [
+            [[*source_identity(s), s.name, s.weight] for s in config.sources],
+            epochs.on_exhausted,
+            [[first, dict(weights)] for first, weights in epochs.weights_by_epoch],
+        ]
     return hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -18,6 +18,10 @@ Datasets (about ``--mb`` MB of input each):
     raw        objects of 64-200 KiB -> Example{key, data}
     tfrecord   TFRecord objects of 4 MiB holding 64 KiB records, passed through
     medium     TFRecord objects of 1-8 MiB holding 64 records each, passed through
+    mixed      tar, raw and tfrecord (a third of the MB each) as three sources of one job
+               (``sources:``), objects interleaved; against ``separate``, the same objects
+               written by one single-source writer per source, CPU summed: what several
+               sources cost the writer per record (docs/sources.md)
 
 Run it against another checkout (e.g. ``git archive main | tar -x -C /tmp/base``) with
 ``PYTHONPATH=/tmp/base`` to get the baseline of a change: it only uses interfaces both sides
@@ -86,7 +90,11 @@ def up_to(
 
 
 def make_objects(dataset: str, total_mb: float, seed: int) -> list[tuple[str, bytes]]:
-    """``(key, body)`` pairs of about ``total_mb`` MB in all (the last object crosses it)."""
+    """``(key, body)`` pairs of about ``total_mb`` MB in all (the last object crosses it);
+    ``mixed``: a third of it from each of ``MIXED``, interleaved by bytes."""
+    if dataset in ("mixed", "separate"):
+        parts = [make_objects(d, total_mb / len(MIXED), seed) for d in MIXED]
+        return interleave(parts)
     spec = DATASETS[dataset]
     total = int(total_mb * 1e6)
     count = total // spec.min_size + 1  # enough sizes: generation is lazy, ``up_to`` stops it
@@ -100,6 +108,18 @@ def make_objects(dataset: str, total_mb: float, seed: int) -> list[tuple[str, by
         tar_members=spec.tar_members,
     )
     return list(up_to(objects, total))
+
+
+def interleave(parts: list[list[tuple[str, bytes]]]) -> list[tuple[str, bytes]]:
+    """The objects of every part, each part's in order, merged by the middle of each object in
+    its part's bytes (as ``download/mixture.py`` merges sources)."""
+    keyed = []
+    for part in parts:
+        total, done = sum(len(b) for _, b in part) or 1, 0
+        for key, body in part:
+            keyed.append(((done + len(body) / 2) / total, key, body))
+            done += len(body)
+    return [(key, body) for _, key, body in sorted(keyed)]
 
 
 # --- one run -----------------------------------------------------------------------------------
@@ -143,11 +163,23 @@ class Result:
         return self.cpu_s / max(1, self.input_bytes) * 1e9
 
 
+MIXED = ("tar", "raw", "tfrecord")  # the sources of ``mixed``, by index
+
+
 def writer_config(root: Path, ram: Path, fmt: str, mix: int) -> Config:
-    """One writer, a shard size and RAM budget that never make it wait."""
+    """One writer, a shard size and RAM budget that never make it wait. ``fmt`` "mixed":
+    the three sources of ``MIXED``, one weight each."""
+    sources: dict[str, Any] = {"source": {"url": f"s3://{BUCKET}/", "format": fmt}}
+    if fmt == "mixed":
+        sources = {
+            "sources": [
+                {"url": f"s3://{BUCKET}/{d}/", "format": DATASETS[d].kind, "weight": 1}
+                for d in MIXED
+            ]
+        }
     return config_from_dict(
         {
-            "source": {"url": f"s3://{BUCKET}/", "format": fmt},
+            **sources,
             "epochs": {"count": 1, "seed": 0},
             "download": {"cache_dir": str(root / "cache")},
             "output": {
@@ -164,12 +196,16 @@ def writer_config(root: Path, ram: Path, fmt: str, mix: int) -> Config:
 
 def publish_objects(layout: Layout, objects: list[tuple[str, bytes]], format: str) -> None:
     """Put the objects where the downloader publishes them, with the meta it writes (for
-    uncompressed tfrecord input: every frame's CRCs checked, ``records_ok``), and mark the
-    epoch downloaded."""
+    uncompressed tfrecord input: every frame's CRCs checked, ``records_ok``; with several
+    sources, the source's index), and mark the epoch downloaded."""
     for seq, (key, body) in enumerate(objects):
         name = object_name(0, seq, key_hash(BUCKET, key))
         meta: dict[str, object] = {"key": key, "size": len(body)}
-        if records_checked(format, key):
+        fmt = format
+        if format == "mixed":
+            source = MIXED.index(key.split("/", 1)[0])
+            meta["source"], fmt = source, DATASETS[MIXED[source]].kind
+        if records_checked(fmt, key):
             meta["records_ok"] = True  # the sample objects are valid: the check passes
         (layout.cache_meta / f"{name}.json").write_text(json.dumps(meta))
         (layout.cache_ready / name).write_bytes(body)
@@ -177,14 +213,26 @@ def publish_objects(layout: Layout, objects: list[tuple[str, bytes]], format: st
 
 
 def run_once(dataset: str, objects: list[tuple[str, bytes]], mix: int) -> Result:
-    """The writer over ``objects`` once, in private directories removed afterwards."""
+    """The writer over ``objects`` once, in private directories removed afterwards;
+    ``separate``: one writer per source of ``MIXED`` over its objects, figures summed."""
+    if dataset == "separate":
+        runs = [run_once(d, [o for o in objects if o[0].startswith(f"{d}/")], mix) for d in MIXED]
+        return Result(
+            dataset,
+            *(
+                sum(getattr(r, f) for r in runs)
+                for f in Result.__dataclass_fields__
+                if f != "dataset"
+            ),
+        )
     root = Path(tempfile.mkdtemp(prefix="bench-writer-"))
     ram = Path(tempfile.mkdtemp(prefix="bench-writer-", dir="/dev/shm"))
     try:
-        config = writer_config(root, ram / "out", DATASETS[dataset].kind, mix)
+        kind = "mixed" if dataset == "mixed" else DATASETS[dataset].kind
+        config = writer_config(root, ram / "out", kind, mix)
         layout = Layout.of(config)
         layout.create()
-        publish_objects(layout, objects, config.source.format)
+        publish_objects(layout, objects, kind)
         ctx = ProfileContext(config, len(objects))
         writer = Writer(ctx, 0)
         wall, cpu = time.perf_counter(), time.process_time()
@@ -233,7 +281,9 @@ def row_line(row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("datasets", nargs="*", metavar="DATASET", help=", ".join(DATASETS))
+    parser.add_argument(
+        "datasets", nargs="*", metavar="DATASET", help=", ".join([*DATASETS, "mixed", "separate"])
+    )
     parser.add_argument("--mb", type=float, default=32.0, help="MB of input per dataset")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
@@ -242,9 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    unknown = set(args.datasets) - set(DATASETS)
+    unknown = set(args.datasets) - set(DATASETS) - {"mixed", "separate"}
     if unknown:
-        parser.error(f"unknown dataset(s) {sorted(unknown)}; choose from {', '.join(DATASETS)}")
+        choices = ", ".join([*DATASETS, "mixed", "separate"])
+        parser.error(f"unknown dataset(s) {sorted(unknown)}; choose from {choices}")
     rows = []
     print(HEAD)
     for dataset in args.datasets or DATASETS:

@@ -32,7 +32,7 @@ class Finding:
 
 def run_checks(config: Config) -> list[Finding]:
     findings = [Finding("ok", f"config {config.path or '(object)'} is valid")]
-    findings.append(_check_format(config))
+    findings += [_check_format(config, i) for i in range(len(config.sources))]
     findings.append(_check_record_kernel())
     listed: list[int] = []
     findings += list(_check_store(config, listed))
@@ -63,12 +63,22 @@ def _check_store(config: Config, listed: list[int]) -> Iterator[Finding]:
         return
     yield Finding("ok", "credentials found")
     client = make_client(config, pool=2)
-    src = config.source
+    for index in range(len(config.sources)):
+        yield from _check_source(config, client, index, listed)
+
+
+def _check_source(
+    config: Config, client: S3Client, index: int, listed: list[int]
+) -> Iterator[Finding]:
+    """One source's bucket access and first page of its listing (every source of
+    ``sources:``, each named)."""
+    src = config.sources[index]
+    named = f" (source {src.name})" if config.mixed else ""
     try:
         client.head_bucket(Bucket=src.bucket)
         page = client.list_objects_v2(Bucket=src.bucket, Prefix=src.prefix, MaxKeys=1000)
     except Exception as exc:
-        yield Finding("fail", str(boot_failure(config, exc)))
+        yield Finding("fail", str(boot_failure(config, exc, src)))
         return
     items = page.get("Contents", [])
     keys = [item["Key"] for item in items]
@@ -86,15 +96,16 @@ def _check_store(config: Config, listed: list[int]) -> Iterator[Finding]:
         yield _check_manifest(client, src.manifest)
     if not matching and not src.manifest:
         yield Finding(
-            "fail", f"no objects under {src.url} match source.include for this worker{more}"
+            "fail",
+            f"no objects under {src.url}{named} match source.include for this worker{more}",
         )
     else:
         yield Finding(
             "ok",
-            f"bucket {src.bucket} readable: {len(matching)} of {len(keys)} listed objects "
-            f"are this worker's{more}",
+            f"bucket {src.bucket} readable{named}: {len(matching)} of {len(keys)} listed "
+            f"objects are this worker's{more}",
         )
-    oversized = Oversized(config)
+    oversized = Oversized(config, index)
     for item in items:
         if item["Key"] in mine:
             oversized.add(item["Key"], int(item["Size"]))
@@ -133,13 +144,15 @@ def _check_resume_listing(config: Config) -> Finding:
     )
 
 
-def _check_format(config: Config) -> Finding:
-    """A plugin format is imported here as the writers will import it."""
+def _check_format(config: Config, index: int) -> Finding:
+    """A plugin format is imported here as the writers will import it (each source's)."""
+    src = config.sources[index]
+    key = f"sources[{index}].format" if config.mixed else "source.format"
     try:
-        get_format(config.source.format)
+        get_format(src.format)
     except ConfigError as exc:
-        return Finding("fail", str(exc))
-    return Finding("ok", f"source.format {config.source.format} is available")
+        return Finding("fail", f"{key}: {exc}" if config.mixed else str(exc))
+    return Finding("ok", f"{key} {src.format} is available")
 
 
 def _check_record_kernel() -> Finding:

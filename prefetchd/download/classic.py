@@ -123,7 +123,7 @@ class ClassicTransfer:
                 self._finish(job)
 
     def _fetch(self, job: Job, rng: tuple[int, int] | None) -> None:
-        args: dict[str, Any] = {"Bucket": self._bucket, "Key": job.obj.key}
+        args: dict[str, Any] = {"Bucket": job.bucket or self._bucket, "Key": job.obj.key}
         if job.obj.etag:
             args["IfMatch"] = f'"{job.obj.etag}"'
         start, expected = 0, job.obj.size
@@ -137,7 +137,7 @@ class ClassicTransfer:
             with job.lock:
                 job.retries += int(resp["ResponseMetadata"].get("RetryAttempts", 0))
             _check_size(job, resp, ranged=rng is not None)
-            if rng is None and self._verifier.wants_md5(job.obj):
+            if rng is None and self._verifier.wants_md5(job):
                 job.md5 = hashlib.md5(usedforsecurity=False)  # restart the running hash too
             try:
                 self._stream(job, resp, start, expected)

@@ -220,6 +220,11 @@ class CrtTransfer:
         self._endpoint = endpoint_for(
             self._bucket, src.endpoint_url, resolved, src.addressing_style
         )
+        # Each bucket's endpoint (several sources may name several buckets of one store).
+        self._endpoints = {
+            s.bucket: endpoint_for(s.bucket, src.endpoint_url, resolved, src.addressing_style)
+            for s in config.sources
+        }
         provider = self._credential_provider()
         self._client = awscrt.s3.S3Client(
             region=region,
@@ -317,7 +322,8 @@ class CrtTransfer:
             job.error = botocore.exceptions.NoCredentialsError()
             self._finisher.submit(self._finish, fetch)
             return
-        headers = awscrt.http.HttpHeaders([("Host", self._endpoint.host)])
+        endpoint = self._endpoints.get(job.bucket, self._endpoint) if job.bucket else self._endpoint
+        headers = awscrt.http.HttpHeaders([("Host", endpoint.host)])
         if job.obj.etag:
             headers.add("If-Match", f'"{job.obj.etag}"')
         kind, part = awscrt.s3.S3RequestType.GET_OBJECT, self._object_part_size(job)
@@ -333,7 +339,7 @@ class CrtTransfer:
             fetch.request = self._client.make_request(
                 type=kind,
                 operation_name="GetObject",
-                request=awscrt.http.HttpRequest("GET", self._endpoint.path(job.obj.key), headers),
+                request=awscrt.http.HttpRequest("GET", endpoint.path(job.obj.key), headers),
                 max_active_connections_override=fetch.slots,
                 credential_provider=self._provider,
                 part_size=part,

@@ -39,7 +39,7 @@ from prefetchd.download.retries import Retries
 from prefetchd.download.share import ShareTable
 from prefetchd.download.signals import Signals
 from prefetchd.download.stagger import start_delay
-from prefetchd.download.store import boot_failure, list_share, make_client
+from prefetchd.download.store import S3Client, boot_failure, list_share, make_client
 from prefetchd.download.transfer import Transfer, make_transfer
 from prefetchd.errors import RuntimeFailure
 from prefetchd.exactly_once.download_log import DownloadLog
@@ -100,7 +100,7 @@ class Downloader:
 
     def run(self) -> None:
         self._stagger()
-        self.plan.share = self._list_share()
+        self.plan.shares = self._list_shares()
         self.handover.choose(self.plan.share)
         # Watch before the start-up sweep: a writer that deletes an object while we sweep (its
         # own recovery) must still free the window, or those bytes would be held for ever.
@@ -120,6 +120,7 @@ class Downloader:
                 self._drain_results()
                 self._abandon_unfinished()
                 self.download_log.close_all()
+        self._source_figures()
         self.ctx.report(force=True)
 
     def _stagger(self) -> None:
@@ -133,17 +134,23 @@ class Downloader:
             self.ctx.report()
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
-    def _list_share(self) -> ShareTable:
+    def _list_shares(self) -> list[ShareTable]:
+        """This host's share of every source, listed one source after another."""
+        client = make_client(self.config, pool=8, signals=self.signals)
+        return [self._list_share(client, index) for index in range(len(self.config.sources))]
+
+    def _list_share(self, client: S3Client, index: int) -> ShareTable:
+        # with several sources resume_from is refused at load: hosts is None for them
         hosts = self._resumed_hosts()
         # resumed on another number of hosts: every key's old host is needed, so list them all
         listing = self.config
         if hosts is not None:
             listing = replace(self.config, sharding=ShardingConfig())
         share = ShareTable()
-        oversized = Oversized(self.config)
-        client = make_client(self.config, pool=8, signals=self.signals)
+        oversized = Oversized(self.config, index)
+        source, sharding = self.config.sources[index], self.config.sharding
         try:
-            for obj in list_share(client, listing, listed=self._listed):
+            for obj in list_share(client, listing, listed=self._listed, source=source):
                 share.append(obj)
                 if hosts is None:
                     oversized.add(obj.key, obj.size)
@@ -151,8 +158,7 @@ class Downloader:
         except RuntimeFailure:
             raise
         except Exception as exc:
-            raise boot_failure(self.config, exc) from None
-        source, sharding = self.config.source, self.config.sharding
+            raise boot_failure(self.config, exc, source) from None
         if hosts is not None:
             share, remainder = split_remainder(share, self.config, hosts)
             self.plan.remainder = remainder
@@ -167,16 +173,17 @@ class Downloader:
                 remainder.objects_trained,
                 remainder.records_skipped,
             )
+        where = f"{source.url}" if not self.config.mixed else f"{source.url} (source {source.name})"
         if not share:
             raise RuntimeFailure(
-                f"no objects under {source.url} match source.include {list(source.include)} "
+                f"no objects under {where} match source.include {list(source.include)} "
                 f"for worker {sharding.worker_index} of {sharding.num_workers}"
             )
         log.info(
             "%d objects, %.1f MiB in this host's share of %s (listing held in %.1f MiB)",
             len(share),
             share.total_size() / 2**20,
-            source.url,
+            where,
             share.nbytes() / 2**20,
         )
         if share.duplicates:
@@ -291,6 +298,7 @@ class Downloader:
         if not self.ctx.report_due():
             return  # the loop calls this per step; the figures are only needed when published
         self.counters["window_bytes"] = self.window.used
+        self._source_figures()
         self._report_signals()
         if self.handover.keeper is not None:
             self.handover.keeper.save()
@@ -299,6 +307,11 @@ class Downloader:
             job.obj.size for job in (*self.active.values(), *retrying)
         )
         self.ctx.report()
+
+    def _source_figures(self) -> None:
+        """Each source's figures (several sources only), for the report."""
+        if self.config.mixed:
+            self.counters["sources"] = self.plan.source_statuses(self.window.held)
 
     def _report_signals(self) -> None:
         """The adaptive limit, the budgets and the store's health, as status shows them."""
@@ -350,7 +363,7 @@ class Downloader:
         log.warning(
             "%s (s3://%s/%s) vanished from ready/ before a writer read it; fetching it again",
             name,
-            self.config.source.bucket,
+            self.config.sources[job.source].bucket,
             job.obj.key,
         )
         self.counters["objects_refetched"] += 1

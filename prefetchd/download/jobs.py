@@ -23,6 +23,9 @@ class Job:
     obj: SourceObject
     name: str
     tmp: Path
+    source: int = 0  # index into config.sources
+    bucket: str | None = None  # its source's bucket, if not the transfer's (several sources)
+    format: str | None = None  # its source's format, if not the verifier's (several sources)
     attempt: int = 0
     # Transient failures of this object, counted only when the store demonstrably worked
     # meanwhile (another object downloaded, or the bucket lists): past ``download.retries``

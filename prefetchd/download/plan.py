@@ -7,6 +7,11 @@ When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` 
 Before its first job, ``epochs/<k>.listing`` names the share the order is over
 (``progress.ListingId``), for the positions trainers save (a resume on another number of hosts
 checks it).
+
+With several sources (``sources:``) an epoch's objects come from every source's share by
+weight (``mixture.py``): each position of the order is a (source, period, row), and an object's
+hash covers its source and period too (``mixed_key_hash``), so two sources listing one key, or
+one object read twice in an epoch, never share a name or a download-log line.
 """
 
 from __future__ import annotations
@@ -14,14 +19,15 @@ from __future__ import annotations
 import json
 import logging
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
-from prefetchd.download.order import epoch_permutation
+from prefetchd.download.mixture import EpochMix, Streams, epoch_mix, epoch_weights
+from prefetchd.download.order import SourceObject, epoch_permutation
 from prefetchd.download.rehost import Remainder
 from prefetchd.download.share import ShareTable
 from prefetchd.exactly_once.download_log import DownloadLog
@@ -29,10 +35,12 @@ from prefetchd.exactly_once.markers import first_epoch_without, mark_downloaded
 from prefetchd.layout import (
     Layout,
     key_hash,
+    mixed_key_hash,
     object_name,
     parse_object_name,
 )
 from prefetchd.messages.counters import DownloaderCounters
+from prefetchd.messages.source_status import SourceStatus
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +60,18 @@ class EpochProgress:
         if not self.finished[seq]:
             self.finished[seq] = 1
             self.done += 1
+
+
+class SourceFigures:
+    """Owns each source's figures in a job of several sources (``SourceStatus`` in the
+    downloader's report): objects and bytes downloaded by this process, and the epoch being
+    downloaded's planned and done bytes of each."""
+
+    def __init__(self, count: int) -> None:
+        self.objects = [0] * count
+        self.bytes = [0] * count
+        self.epoch_bytes = [0] * count
+        self.epoch_done = [0] * count
 
 
 class EpochPlan:
@@ -75,57 +95,65 @@ class EpochPlan:
         self.keeper = keeper
         self.counters = counters
         self.before_epoch = before_epoch  # called before each epoch after this run's first
-        self.share = ShareTable()
+        self.shares: list[ShareTable] = [ShareTable()]  # one per source, set once listed
         self.epochs: dict[int, EpochProgress] = {}
+        self._mixes: dict[int, EpochMix] = {}  # epochs' mixed orders, the last two computed
+        self._orders: dict[int, array[int]] = {}  # epochs' orders of one source, likewise
+        self._streams: Streams | None = None
+        self.figures = SourceFigures(len(config.sources))
         self.first_epoch = 0  # the first epoch this run schedules
         self.refetch: set[str] = set()  # logged as published, found gone at start-up
         # resumed on another number of hosts: what is left of the interrupted epoch
         self.remainder: Remainder | None = None
         self._listing: bytes | None = None  # the share's ListingId as JSON, once computed
 
+    @property
+    def share(self) -> ShareTable:
+        """The first source's share: the whole share of a job of one source."""
+        return self.shares[0]
+
+    @share.setter
+    def share(self, table: ShareTable) -> None:
+        self.shares = [table]
+
     def jobs(self) -> Iterator[Job]:
         """A job per object still to fetch, epoch after epoch (for ever without epochs.count)."""
         count = self.config.epochs.count
         epoch = self._first_epoch()
-        bucket = self.config.source.bucket
         first = True
         self.first_epoch = epoch
         while count is None or epoch < count:
             if epoch > self.first_epoch:
                 self.before_epoch()
-            order = self.order(epoch)
-            self._write_listing(epoch)
-            progress = EpochProgress(len(order), bytearray(len(order)))
+            total = self.epoch_length(epoch)
+            if not self.config.mixed:  # a resume on other hosts checks it (one source only)
+                self._write_listing(epoch)
+            progress = EpochProgress(total, bytearray(total))
             self.epochs[epoch] = progress
-            done_bytes = self._mark_logged(epoch, order, progress)
+            self._start_figures(epoch)
+            done_bytes = self._mark_logged(epoch, progress)
             self.counters.update(
                 {
                     "epoch": epoch,
-                    "epoch_objects": len(order),
+                    "epoch_objects": total,
                     "epoch_objects_done": progress.done,
-                    "epoch_bytes": self.share.total_size(),
+                    "epoch_bytes": self.epoch_bytes(epoch),
                     "epoch_bytes_done": done_bytes,
                 }
             )
-            for seq, row in enumerate(order):
+            for seq in range(total):
                 if progress.finished[seq]:
                     continue  # published or skipped before a restart
-                obj = self.share[row]
-                if self.keeper is not None:
-                    obj = self.keeper.current(row, obj)
-                digest = key_hash(bucket, obj.key)
-                name = object_name(epoch, seq, digest)
-                job = Job(epoch, seq, obj, name, self.layout.download_part(name))
-                job.skip = self._skip(epoch, row)
+                job = self.job_at(epoch, seq)
                 if first:
-                    job.part_size, first = self._first_part_size(obj.size), False
+                    job.part_size, first = self._first_part_size(job.obj.size), False
                 yield job
             progress.scheduled = True
             self.maybe_mark_downloaded(epoch)
             epoch += 1
 
     def order(self, epoch: int) -> array[int]:
-        """Rows of the share in ``epoch``'s order."""
+        """Rows of the share in ``epoch``'s order (one source)."""
         if self.remainder is not None and epoch == self.remainder.epoch:
             return self.remainder.rows
         return epoch_permutation(
@@ -148,17 +176,78 @@ class EpochPlan:
             pass
         write_atomic(path, self._listing)
 
+    def streams(self) -> Streams:
+        """The sources' streams over the listed shares (``mixture.py``)."""
+        config = self.config
+        return Streams(
+            sizes=tuple(share.sizes() for share in self.shares),
+            base=tuple(s.weight for s in config.sources),
+            names=tuple(s.name for s in config.sources),
+            schedule=config.epochs.weights_by_epoch,
+            on_exhausted=config.epochs.on_exhausted,
+            seed=config.epochs.seed,
+            shuffle=config.epochs.shuffle,
+        )
+
+    def mix(self, epoch: int) -> EpochMix:
+        """``epoch``'s mixed order (several sources), computed once per epoch."""
+        if epoch not in self._mixes:
+            if self._streams is None:
+                self._streams = self.streams()
+            self._mixes[epoch] = epoch_mix(self._streams, epoch)
+            for old in sorted(self._mixes)[:-2]:
+                del self._mixes[old]
+        return self._mixes[epoch]
+
+    def epoch_length(self, epoch: int) -> int:
+        return len(self.mix(epoch)) if self.config.mixed else len(self._order_of(epoch))
+
+    def epoch_bytes(self, epoch: int) -> int:
+        if not self.config.mixed:
+            return self.share.total_size()
+        mix = self.mix(epoch)
+        sizes = [share.sizes() for share in self.shares]
+        return sum(sizes[s][r] for s, r in zip(mix.sources, mix.rows, strict=True))
+
+    def object_at(self, epoch: int, seq: int) -> tuple[int, SourceObject, str]:
+        """The source, the object (as listed now) and its hash at ``seq`` of ``epoch``."""
+        if not self.config.mixed:
+            row = self._order_of(epoch)[seq]
+            obj = self.share[row]
+            if self.keeper is not None:
+                obj = self.keeper.current(row, obj)
+            return 0, obj, key_hash(self.config.source.bucket, obj.key)
+        source, period, row = self.mix(epoch).at(seq)
+        obj = self.shares[source][row]
+        bucket = self.config.sources[source].bucket
+        return source, obj, mixed_key_hash(source, period, bucket, obj.key)
+
+    def job_at(self, epoch: int, seq: int) -> Job:
+        source, obj, digest = self.object_at(epoch, seq)
+        name = object_name(epoch, seq, digest)
+        job = Job(epoch, seq, obj, name, self.layout.download_part(name), source=source)
+        if self.config.mixed:
+            job.format = self.config.sources[source].format
+            job.bucket = self.config.sources[source].bucket
+        else:
+            job.skip = self._skip(epoch, self._order_of(epoch)[seq])
+        return job
+
+    def _order_of(self, epoch: int) -> array[int]:
+        """``order(epoch)``, computed once for the last two epochs asked (one source)."""
+        if epoch not in self._orders:
+            self._orders[epoch] = self.order(epoch)
+            for old in sorted(self._orders)[:-2]:
+                del self._orders[old]
+        return self._orders[epoch]
+
     def job_again(self, name: str) -> Job | None:
         """A new job for the published object ``name`` of a scheduled epoch (to fetch it again
         under the same name); None if ``name`` is no such object."""
         parsed = parse_object_name(name)
         if parsed is None or parsed[0] not in self.epochs:
             return None
-        epoch, seq, _ = parsed
-        row = self.order(epoch)[seq]
-        job = Job(epoch, seq, self.share[row], name, self.layout.download_part(name))
-        job.skip = self._skip(epoch, row)
-        return job
+        return self.job_at(parsed[0], parsed[1])
 
     def _skip(self, epoch: int, row: int) -> list[list[int]] | None:
         """The records of the object at ``row`` trained before a resume on another number of
@@ -174,6 +263,7 @@ class EpochPlan:
         if job.epoch == self.counters["epoch"]:
             self.counters["epoch_objects_done"] = progress.done
             self.counters["epoch_bytes_done"] += job.obj.size
+            self.figures.epoch_done[job.source] += job.obj.size
         self.maybe_mark_downloaded(job.epoch)
 
     def maybe_mark_downloaded(self, epoch: int) -> None:
@@ -196,19 +286,63 @@ class EpochPlan:
         part = max(FIRST_PART_MIN, -(-size // download.concurrency))
         return part if part < download.part_size else None
 
-    def _mark_logged(self, epoch: int, order: array[int], progress: EpochProgress) -> int:
+    def _mark_logged(self, epoch: int, progress: EpochProgress) -> int:
         """Mark the objects a previous run published or skipped; returns their bytes."""
         logged = self.download_log.read(epoch)
         done_bytes = 0
         if logged:
-            bucket = self.config.source.bucket
-            for seq, row in enumerate(order):
-                obj = self.share[row]
-                digest = key_hash(bucket, obj.key)
+            for seq in range(progress.total):
+                source, obj, digest = self.object_at(epoch, seq)
                 if digest in logged and not self._refetching(epoch, seq, digest):
                     progress.mark(seq)
                     done_bytes += obj.size
+                    self.figures.epoch_done[source] += obj.size
         return done_bytes
+
+    def published(self, job: Job) -> None:
+        """``job``'s object was published (downloaded or handed over): its source's figures."""
+        self.figures.objects[job.source] += 1
+        self.figures.bytes[job.source] += job.obj.size
+
+    def source_statuses(self, window: Mapping[str, int]) -> list[SourceStatus]:
+        """Each source's figures now, with its bytes in ``window`` (name -> bytes held)."""
+        if not self.config.mixed:
+            return []
+        held = [0] * len(self.config.sources)
+        for name, size in window.items():
+            parsed = parse_object_name(name)
+            mix = self._mixes.get(parsed[0]) if parsed is not None else None
+            if parsed is not None and mix is not None and parsed[1] < len(mix):
+                held[mix.sources[parsed[1]]] += size
+        figures, config = self.figures, self.config
+        names = [s.name for s in config.sources]
+        base = [s.weight for s in config.sources]
+        weights = epoch_weights(base, names, config.epochs.weights_by_epoch, self.counters["epoch"])
+        done = sum(figures.epoch_done)
+        return [
+            SourceStatus(
+                name=names[i],
+                weight=round(float(weights[i]), 6),
+                objects_downloaded=figures.objects[i],
+                bytes_downloaded=figures.bytes[i],
+                window_bytes=held[i],
+                epoch_bytes=figures.epoch_bytes[i],
+                epoch_bytes_done=figures.epoch_done[i],
+                share=round(figures.epoch_done[i] / done, 6) if done else None,
+            )
+            for i in range(len(names))
+        ]
+
+    def _start_figures(self, epoch: int) -> None:
+        """The figures of ``epoch``, the one now downloaded: its planned bytes of each source."""
+        figures = self.figures
+        figures.epoch_bytes = [0] * len(self.config.sources)
+        figures.epoch_done = [0] * len(self.config.sources)
+        if not self.config.mixed:
+            return
+        mix, sizes = self.mix(epoch), [share.sizes() for share in self.shares]
+        for source, row in zip(mix.sources, mix.rows, strict=True):
+            figures.epoch_bytes[source] += sizes[source][row]
 
     def _refetching(self, epoch: int, seq: int, digest: str) -> bool:
         name = object_name(epoch, seq, digest) if self.refetch else ""

@@ -81,6 +81,8 @@ class Publisher:
             "etag": job.obj.etag,
             "epoch": job.epoch,
         }
+        if self.config.mixed:
+            meta["source"] = job.source  # the writer parses it by its source's format
         if job.skip:
             meta["skip"] = job.skip  # records trained before a resume on other hosts
         if job.records_ok:
@@ -119,6 +121,7 @@ class Publisher:
         os.rename(job.tmp, f"{self._ready_dir}/{job.name}")
         self.counters["objects_downloaded"] += 1
         self.counters["bytes_downloaded"] += job.obj.size
+        self.plan.published(job)
         self.plan.mark_done(job)
 
     def note_unverified(self, job: Job) -> None:
@@ -130,7 +133,7 @@ class Publisher:
             self.unverified_reasons.add(job.unverified)
             log.warning(
                 "objects like s3://%s/%s are checked for size only: %s",
-                self.config.source.bucket,
+                self.config.sources[job.source].bucket,
                 job.obj.key,
                 job.unverified,
             )
@@ -139,7 +142,8 @@ class Publisher:
         """Give ``job`` up for this epoch: say why, log it as skipped, free its room."""
         self.window.release(job.name)  # given up: the room it kept for a retry (discard)
         key = escape_key(job.obj.key)
-        log.error("skipping s3://%s/%s: %s", self.config.source.bucket, key, reason)
+        bucket = self.config.sources[job.source].bucket
+        log.error("skipping s3://%s/%s: %s", bucket, key, reason)
         self.ctx.error(job.obj.key, reason)
         self.counters["errors"] += 1
         self.counters["objects_skipped"] += 1

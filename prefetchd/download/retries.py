@@ -242,7 +242,7 @@ class Retries:
             return
         log.warning(
             "s3://%s/%s: %s (a stale source.manifest size?); fetching it again at its real size",
-            self.config.source.bucket,
+            self.config.sources[job.source].bucket,
             escape_key(job.obj.key),
             error,
         )

@@ -147,6 +147,12 @@ class ShareTable:
             )
         return digest.identity()
 
+    def sizes(self) -> array[int]:
+        """Every object's size, in key order (what an epoch of several sources is planned on)."""
+        if self._order is None:
+            return array("Q", self._sizes)
+        return array("Q", (self._sizes[row] for row in self._order))
+
     def total_size(self) -> int:
         if self._order is None:
             return sum(self._sizes)

@@ -22,7 +22,7 @@ import botocore.config
 import botocore.exceptions
 import botocore.session
 
-from prefetchd.config import Config, split_s3_url
+from prefetchd.config import Config, SourceConfig, split_s3_url
 from prefetchd.download.hooks import observe
 from prefetchd.download.listing import list_objects
 from prefetchd.download.order import SourceObject, in_share, matcher
@@ -225,33 +225,42 @@ def describe(exc: BaseException) -> str:
     return escape_key(redact(text))
 
 
-def boot_failure(config: Config, exc: BaseException) -> RuntimeFailure:
-    """Turn an error while first reaching the bucket into the one line the user sees."""
-    bucket = config.source.bucket
+def boot_failure(
+    config: Config, exc: BaseException, source: SourceConfig | None = None
+) -> RuntimeFailure:
+    """Turn an error while first reaching the bucket of ``source`` (the config's first) into
+    the one line the user sees."""
+    src = source or config.source
+    bucket = src.bucket
     if isinstance(exc, botocore.exceptions.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("NoSuchBucket", "404"):
-            return RuntimeFailure(f"bucket {bucket!r} does not exist ({config.source.url})")
+            return RuntimeFailure(f"bucket {bucket!r} does not exist ({src.url})")
         if code in _DENIED or code in _FORBIDDEN:
             return RuntimeFailure(f"access to bucket {bucket!r} denied: {describe(exc)}")
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return RuntimeFailure("no AWS credentials found (environment, profile or instance role)")
     if isinstance(exc, botocore.exceptions.EndpointConnectionError):
         return RuntimeFailure(f"cannot reach the object store: {redact(str(exc))}")
-    return RuntimeFailure(f"cannot list {config.source.url}: {describe(exc)}")
+    return RuntimeFailure(f"cannot list {src.url}: {describe(exc)}")
 
 
 def list_share(
-    client: S3Client, config: Config, *, listed: Callable[[int], None] | None = None
+    client: S3Client,
+    config: Config,
+    *,
+    listed: Callable[[int], None] | None = None,
+    source: SourceConfig | None = None,
 ) -> Iterator[SourceObject]:
-    """This host's objects, streamed page by page from ListObjectsV2 or from the manifest.
-    ``listed(n)``, if given, hears how many objects the source has given so far, before
-    ``source.include`` and sharding pick this host's: every ``LISTED_EVERY`` and at the end."""
-    src, shard = config.source, config.sharding
+    """This host's objects of ``source`` (the config's first), streamed page by page from
+    ListObjectsV2 or from the manifest. ``listed(n)``, if given, hears how many objects the
+    source has given so far, before ``source.include`` and sharding pick this host's: every
+    ``LISTED_EVERY`` and at the end. Each source is split between hosts by the same hash."""
+    src, shard = source or config.source, config.sharding
     prefix = src.prefix
     included = matcher(src.include)
     seen = 0
-    for obj in _manifest_objects(client, config) if src.manifest else _listing(client, config):
+    for obj in _manifest_objects(client, src) if src.manifest else _listing(client, src):
         seen += 1
         if listed is not None and seen % LISTED_EVERY == 0:
             listed(seen)
@@ -264,17 +273,17 @@ def list_share(
         listed(seen)
 
 
-def _listing(client: S3Client, config: Config) -> Iterator[SourceObject]:
+def _listing(client: S3Client, src: SourceConfig) -> Iterator[SourceObject]:
     """ListObjectsV2 pages read from their XML, not through botocore's parser (listing.py)."""
-    return list_objects(client, config.source.bucket, config.source.prefix)
+    return list_objects(client, src.bucket, src.prefix)
 
 
-def _manifest_objects(client: S3Client, config: Config) -> Iterator[SourceObject]:
+def _manifest_objects(client: S3Client, src: SourceConfig) -> Iterator[SourceObject]:
     """Manifest lines are ``key`` or ``key<TAB>size``; keys without a size are HEADed,
     ``HEAD_CONCURRENCY`` at a time (a manifest with sizes needs no request per key)."""
-    manifest = config.source.manifest
+    manifest = src.manifest
     assert manifest is not None
-    bucket = config.source.bucket
+    bucket = src.bucket
 
     def head(key: str) -> SourceObject | None:
         try:

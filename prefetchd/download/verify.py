@@ -57,7 +57,6 @@ from prefetchd.kernel.framing import FramingError
 
 if TYPE_CHECKING:
     from prefetchd.download.jobs import Job
-    from prefetchd.download.order import SourceObject
     from prefetchd.download.store import S3Client
 
 log = logging.getLogger(__name__)
@@ -105,10 +104,11 @@ class Verifier:
         self._bucket = bucket
         self._format = format
 
-    def wants_md5(self, obj: SourceObject) -> bool:
+    def wants_md5(self, job: Job) -> bool:
         """Whether a running MD5 of the body will be used: a plain MD5 ETag, and no cheaper
         TFRecord CRC check."""
-        return is_plain_md5(obj.etag) and not records_checked(self._format, obj.key)
+        obj = job.obj
+        return is_plain_md5(obj.etag) and not records_checked(job.format or self._format, obj.key)
 
     def needs_request(self, job: Job) -> bool:
         """Whether ``verify(job)`` may ask the store (a HEAD): neither TFRecord CRCs, nor a
@@ -116,7 +116,7 @@ class Verifier:
         not learnt on an earlier fetch — or was, but that fetch hashed wrong and the part sizes
         may have to be confirmed (``_check``)."""
         obj = job.obj
-        if records_checked(self._format, obj.key) or self._whole(job) is not None:
+        if records_checked(job.format or self._format, obj.key) or self._whole(job) is not None:
             return False
         return not job.looked_up or job.bad_digest is not None
 
@@ -128,7 +128,7 @@ class Verifier:
         size = os.fstat(job.fd).st_size
         if size != obj.size:
             raise IntegrityError(f"local file has {size} bytes, listing said {obj.size}")
-        if records_checked(self._format, obj.key):
+        if records_checked(job.format or self._format, obj.key):
             self._check_records(job)
             return
         whole = self._whole(job)
@@ -236,7 +236,7 @@ class Verifier:
         return tuple(sizes) if sum(sizes) == job.obj.size else None
 
     def _head(self, job: Job, **extra: Any) -> dict[str, Any]:
-        args: dict[str, Any] = {"Bucket": self._bucket, "Key": job.obj.key, **extra}
+        args: dict[str, Any] = {"Bucket": job.bucket or self._bucket, "Key": job.obj.key, **extra}
         # The same object the GETs fetched. Not on a part's HEAD: moto answers it with the
         # part's own ETag, so If-Match would fail (412) on an unchanged object. A part size
         # from a newer object only fails the check, and the re-fetch's If-Match then says 412.

@@ -66,6 +66,14 @@ def key_hash(bucket: str, key: str) -> str:
     return digest.hexdigest()[:24]
 
 
+def mixed_key_hash(source: int, period: int, bucket: str, key: str) -> str:
+    """An object's hash in a job of several sources: its source's index and the period of
+    that source's stream it is read in are hashed with bucket and key, so the same key in two
+    sources, or one object read twice in an epoch, are two names (download/mixture.py)."""
+    text = f"{source}\x00{period}\x00{bucket}\x00{key}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
 def object_name(epoch: int, seq: int, digest: str) -> str:
     return f"e{epoch:05d}-{seq:09d}-{digest}"
 

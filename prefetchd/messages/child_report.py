@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Self
 
 from prefetchd.messages.activity import Activity, parse_activity
 from prefetchd.messages.counters import Counts
+from prefetchd.messages.source_status import SourceStatus, source_entries
 from prefetchd.messages.wire import json_object, scalar_fields
 
 
@@ -41,6 +42,11 @@ class ErrorEntry:
     time: float = 0.0
     key: str | None = None
     error: str = ""
+
+
+def _sources(raw: object) -> tuple[SourceStatus, ...]:
+    """A role's ``sources`` counter (a list of ``SourceStatus``) as the report's tuple."""
+    return tuple(s for s in raw if isinstance(s, SourceStatus)) if isinstance(raw, list) else ()
 
 
 def error_entries(raw: Any) -> tuple[ErrorEntry, ...]:
@@ -90,6 +96,7 @@ class ChildReport:
     ram_wait_s: float = 0.0
     objects_open: int = 0
     last_errors: tuple[ErrorEntry, ...] = ()
+    sources: tuple[SourceStatus, ...] = ()  # the downloader's, with several sources
     boot_error: str | None = None
     fatal: str | None = None
     stopped: bool = False
@@ -112,6 +119,7 @@ class ChildReport:
             activity=activity if isinstance(activity, Activity) else None,
             counts=Counts(**scalar_fields(Counts, counters)),
             last_errors=tuple(last_errors),
+            sources=_sources(counters.get("sources")),
         )
 
     def encode(self) -> bytes:
@@ -123,6 +131,8 @@ class ChildReport:
         record["activity"] = self.activity
         record.update(asdict(self.counts))
         record["last_errors"] = [asdict(e) for e in self.last_errors]
+        if self.sources:
+            record["sources"] = [asdict(s) for s in self.sources]
         if self.boot_error is not None:
             record["boot_error"] = self.boot_error
         if self.fatal is not None:
@@ -147,11 +157,12 @@ class ChildReport:
             "activity_text": text,  # derived, whatever the record holds under that name
             "counts": Counts(**scalar_fields(Counts, raw)),
             "last_errors": error_entries(raw.get("last_errors")),
+            "sources": source_entries(raw.get("sources")),
         }
         return cls(**decoded)
 
 
 _STRUCTURED = frozenset(
     {"version", "activity", "activity_text", "counts", "last_errors", "boot_error", "fatal"}
-    | {"stopped"}
+    | {"stopped", "sources"}
 )

@@ -14,6 +14,7 @@ from dataclasses import astuple, dataclass
 from typing import Literal, TypedDict, get_args
 
 from prefetchd.messages.activity import Activity
+from prefetchd.messages.source_status import SourceStatus
 
 
 class DownloaderCounters(TypedDict):
@@ -55,6 +56,7 @@ class DownloaderCounters(TypedDict):
     store_errors: int  # failures in a row of that outage
     store_last_error: str | None  # the last of them, in a few words ("connection reset")
     store_outages: int  # outages seen since the downloader started
+    sources: list[SourceStatus]  # with several sources: each one's figures (download/plan.py)
 
 
 def new_downloader_counters(window_limit: int) -> DownloaderCounters:
@@ -96,6 +98,7 @@ def new_downloader_counters(window_limit: int) -> DownloaderCounters:
         store_errors=0,
         store_last_error=None,
         store_outages=0,
+        sources=[],
     )
 
 

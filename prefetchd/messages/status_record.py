@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Self
 from prefetchd.messages.child_report import ErrorEntry, error_entries
 from prefetchd.messages.counters import Counts, quarantined_by_reason
 from prefetchd.messages.epoch_keep import EpochKeep
+from prefetchd.messages.source_status import SourceStatus, source_entries
 from prefetchd.messages.wire import MessageError, field_names, json_object, scalar_fields
 
 VERDICTS = ("consumer-bound", "store-bound", "writer-bound", "ram-bound", "idle", "unknown")
@@ -158,6 +159,7 @@ class StatusRecord:
     job_resumed: str | None = None
     children: dict[str, ChildStatus] = field(default_factory=dict)
     last_errors: tuple[ErrorEntry, ...] = ()
+    sources: tuple[SourceStatus, ...] = ()  # with several sources (sources:), one each
     bottleneck: Verdict | None = None
     version: int = VERSION  # of the record read (``encode`` writes it back as read)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -182,6 +184,7 @@ class StatusRecord:
         record["keep_epochs"] = [e.status_entry() for e in self.keep_epochs]
         record["children"] = {name: asdict(c) for name, c in self.children.items()}
         record["last_errors"] = [asdict(e) for e in self.last_errors]
+        record["sources"] = [asdict(s) for s in self.sources]
         record["bottleneck"] = asdict(self.bottleneck) if self.bottleneck else None
         record["quarantined_by_reason"] = quarantined_by_reason(self.counts)
         return json.dumps({**self.extra, **record}).encode()
@@ -212,6 +215,7 @@ class StatusRecord:
                 if isinstance(child, Mapping)
             },
             "last_errors": error_entries(raw.get("last_errors")),
+            "sources": source_entries(raw.get("sources")),
             "bottleneck": _verdict(raw.get("bottleneck")),
             "extra": {k: v for k, v in raw.items() if k not in _KNOWN},
         }
@@ -228,6 +232,7 @@ def _object(raw: Any) -> bool:
 
 _STRUCTURED = frozenset(
     {"counts", "epochs", "keep_epochs", "children", "last_errors", "bottleneck", "extra"}
+    | {"sources"}
 )
 _KNOWN = (field_names(StatusRecord) - {"counts", "extra"}) | field_names(Counts)
 _KNOWN |= {"quarantined_by_reason"}  # derived from the counts, never kept as extra

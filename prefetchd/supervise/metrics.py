@@ -201,6 +201,21 @@ LABELLED = (
     ("prefetchd_child_restarts", "counter", "Restarts of the child process", "child"),
     ("prefetchd_quarantined", "counter", "Objects quarantined, by reason", "reason"),
     ("prefetchd_store_unreachable", "gauge", "1 while the object store is unreachable", ""),
+    ("prefetchd_source_downloaded_bytes", "counter", "Bytes downloaded of each source", "source"),
+    (
+        "prefetchd_source_bytes_per_second",
+        "gauge",
+        "Download rate of each source over the last 10 s",
+        "source",
+    ),
+    ("prefetchd_source_window_bytes", "gauge", "Each source's raw bytes in the window", "source"),
+    ("prefetchd_source_weight", "gauge", "Each source's weight in the epoch (0-1)", "source"),
+    (
+        "prefetchd_source_share",
+        "gauge",
+        "Each source's share of the epoch's bytes downloaded so far (0-1)",
+        "source",
+    ),
 )
 
 
@@ -251,6 +266,28 @@ class StatusCollector(Collector):
         yield quarantined
         down = status.store_unreachable_since is not None
         yield GaugeMetricFamily("prefetchd_store_unreachable", LABELLED[6][2], value=float(down))
+        yield from _per_source(status)
+
+
+def _per_source(status: StatusRecord) -> Iterator[Metric]:
+    """Each source's figures with a ``source`` label (sources:, several only)."""
+    if not status.sources:
+        return
+    (downloaded, _, help_b, _), (rate, _, help_r, _) = LABELLED[7], LABELLED[8]
+    (window, _, help_w, _), (weight, _, help_g, _), (share, _, help_s, _) = LABELLED[9:12]
+    families = (
+        (CounterMetricFamily(downloaded, help_b, labels=["source"]), "bytes_downloaded"),
+        (GaugeMetricFamily(rate, help_r, labels=["source"]), "bytes_per_s"),
+        (GaugeMetricFamily(window, help_w, labels=["source"]), "window_bytes"),
+        (GaugeMetricFamily(weight, help_g, labels=["source"]), "weight"),
+        (GaugeMetricFamily(share, help_s, labels=["source"]), "share"),
+    )
+    for family, key in families:
+        for src in status.sources:
+            value = getattr(src, key)
+            if value is not None:
+                family.add_metric([src.name], float(value))
+        yield family
 
 
 class MetricsServer:

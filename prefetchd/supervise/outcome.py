@@ -42,14 +42,18 @@ def outcome(counts: Counts) -> tuple[str, str]:
     )
 
 
-def bad_object_failure(counts: Counts, errors: Sequence[ErrorEntry], bucket: str) -> str | None:
-    """With ``output.on_bad_object: fail``: the reason to fail, naming the object; None while
-    every object was delivered."""
+def bad_object_failure(
+    counts: Counts, errors: Sequence[ErrorEntry], bucket: str | None
+) -> str | None:
+    """With ``output.on_bad_object: fail``: the reason to fail, naming the object (by its key
+    alone when ``bucket`` is None: sources in several buckets); None while every object was
+    delivered."""
     objects, _ = undelivered(counts)
     if not objects:
         return None
     last = errors[-1] if errors else None
     if last is None or last.key is None:
         return "output.on_bad_object is fail and an object was not delivered (see the log)"
-    named = f"s3://{bucket}/{escape_key(last.key)}: {escape_key(last.error)}"
+    where = f"s3://{bucket}/" if bucket is not None else "key "
+    named = f"{where}{escape_key(last.key)}: {escape_key(last.error)}"
     return f"output.on_bad_object is fail and an object was not delivered: {named}"

@@ -277,6 +277,7 @@ def render_table(status: StatusRecord) -> str:
             *_header(status),
             "",
             *_throughput(status),
+            *_sources(status),
             "",
             *_budgets(status),
             *_keep(status),
@@ -327,6 +328,23 @@ def _throughput(s: StatusRecord) -> list[str]:
         *([f"    resumed     {_safe(s.trainers_resumed)}"] if s.trainers_resumed else []),
         *([f"    job         {_safe(s.job_resumed)}"] if s.job_resumed else []),
     ]
+
+
+def _sources(s: StatusRecord) -> list[str]:
+    """A line per source of a job of several (``sources:``): weight, share of the epoch's
+    bytes downloaded so far, rate, bytes in the window."""
+    if not s.sources:
+        return []
+    width = max(len(src.name) for src in s.sources)
+    lines = ["  sources       weight  share   last 10 s     window      this epoch"]
+    for src in s.sources:
+        share = "   -  " if src.share is None else f"{src.share * 100:5.1f}%"
+        lines.append(
+            f"    {_safe(src.name):<{width}}  {src.weight * 100:5.1f}%  {share} "
+            f"{src.bytes_per_s / 1e6:8.1f} MB/s  {format_size(src.window_bytes):>10}  "
+            f"{format_size(src.epoch_bytes_done)} of {format_size(src.epoch_bytes)}"
+        )
+    return lines
 
 
 def _budgets(s: StatusRecord) -> list[str]:

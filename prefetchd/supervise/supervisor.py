@@ -85,6 +85,7 @@ class Supervisor:
         self.totals = Totals()
         self.rates = Rates()
         self.series = Series()  # wait times, for the 10 s ratios
+        self.source_rates = Series()  # each source's bytes downloaded (sources:), by name
         self.waits = ConsumerWaits()
         self.metrics: Any = None  # the metrics HTTP server, when status.metrics_port is set
         self.last_snapshot: StatusRecord | None = None
@@ -506,7 +507,9 @@ class Supervisor:
             return
         reports = [c.last_report for c in self.children if c.last_report is not None]
         errors = sorted((e for r in reports for e in r.last_errors), key=lambda e: e.time)
-        reason = bad_object_failure(self._counts(), errors, self.config.source.bucket)
+        buckets = {s.bucket for s in self.config.sources}
+        bucket = self.config.source.bucket if len(buckets) == 1 else None
+        reason = bad_object_failure(self._counts(), errors, bucket)
         if reason is not None:
             self._fail(reason)
 
@@ -568,6 +571,10 @@ class Supervisor:
             1.0, self.series.rate("writer_ram_wait_s") / max(self.config.output.writers, 1)
         )
         avg_rate = round(counts.bytes_downloaded / elapsed, 1)
+        self.source_rates.add(now, {s.name: s.bytes_downloaded for s in dl.sources})
+        sources = tuple(
+            replace(s, bytes_per_s=round(self.source_rates.rate(s.name), 1)) for s in dl.sources
+        )
         record = StatusRecord(
             state=str(self.state),
             reason=self.reason,
@@ -611,6 +618,7 @@ class Supervisor:
             keep_epochs=keep_epochs(lay) if self.config.download.keep else (),
             ram_bytes=dir_bytes(*lay.ram_shard_dirs),
             ram_budget=self.config.output.ram_budget,
+            sources=sources,
             download_bytes_per_s=round(download_rate, 1),
             write_records_per_s=round(record_rate, 1),
             download_bytes_per_s_avg=avg_rate,

@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,6 +97,7 @@ class OpenObject:
     waiting: bool = False  # its batch ran out while another object was holding a large one
     started: bool = True  # False: reopened after a restart, not yet read up to ``taken``
     meta: dict[str, object] = field(default_factory=dict)  # the downloader's meta of it
+    source: int = 0  # index into config.sources (its meta's "source")
     measured: int = 0  # ``held()`` when the mixer last looked (after it changed the batch)
     measured_frames: int = 0  # ... and the frames and bytes of the batch then
     measured_bytes: int = 0
@@ -117,7 +118,7 @@ class ObjectReader:
         self,
         ctx: ChildContext,
         counters: WriterCounters,
-        format: Format,
+        formats: Sequence[Format],
         layout: Layout,
         index: int,
         claimed: Callable[[str], str],
@@ -126,7 +127,7 @@ class ObjectReader:
         self.ctx = ctx
         self.config: Config = ctx.config
         self.counters = counters
-        self.format = format
+        self.formats = formats  # one per source (config.sources)
         self.layout = layout
         self.claimed = claimed
         self.report = report  # called while a large object is checked: stay visibly alive
@@ -145,10 +146,14 @@ class ObjectReader:
             key = meta["key"]
         except (OSError, ValueError, KeyError, TypeError):
             meta, key = {}, f"<unknown key of {name}>"
+        source = meta.get("source", 0)
+        if not isinstance(source, int) or not 0 <= source < len(self.formats):
+            source = 0
+        fmt = self.formats[source]
         holding = Holding()
         if self.config.epochs.shuffle:
             batches = shuffled_object_frames(
-                self.format,
+                fmt,
                 key,
                 str(path),
                 object_rng(self.config.epochs.seed, parsed[0], key).getrandbits(64),
@@ -157,35 +162,35 @@ class ObjectReader:
                 holding=holding,
             )
         else:
-            batches = object_frames(self.format, key, str(path))
+            batches = object_frames(fmt, key, str(path))
         skip = meta.get("skip")
         if isinstance(skip, list) and skip:
             # resumed on another number of hosts: these records were trained before
             batches = without(batches, skip)
         obj = OpenObject(name, key, parsed[0], path, batches, taken=resume_at, holding=holding)
-        obj.meta = meta
+        obj.meta, obj.source = meta, source
         return obj
 
     def start(self, obj: OpenObject) -> None:
         """Read ``obj`` through first if it needs it (``_validate``), then up to its first
         record not yet taken (``obj.taken``, from the journal). Raises what parsing raises."""
         resume_at, obj.taken, obj.started = obj.taken, 0, True
-        if resume_at == 0 and not self._checked_whole(obj.meta, obj.key, obj.path):
+        if resume_at == 0 and not self._checked_whole(obj):
             self._validate(obj)
         self.skip(obj, resume_at)  # which also reads the first batch
 
-    def _checked_whole(self, meta: dict[str, object], key: str, path: Path) -> bool:
+    def _checked_whole(self, obj: OpenObject) -> bool:
         """Whether the object is known good before its first record is taken, so reading it
         through first (``_validate``) would only repeat work: the format checks all of it first,
         or the downloader found every TFRecord frame's CRCs right (``records_ok`` in its meta:
         uncompressed ``tfrecord`` input, whose bytes went from its check into the cache file and
         never left this host) and the object is too small to hold a record over
         ``output.max_record_size``."""
-        if meta.get("records_ok") is True:
+        if obj.meta.get("records_ok") is True:
             with contextlib.suppress(OSError):
-                if os.stat(path).st_size <= self.config.output.max_record_size:
+                if os.stat(obj.path).st_size <= self.config.output.max_record_size:
                     return True
-        return read_whole_first(self.format, key, str(path))
+        return read_whole_first(self.formats[obj.source], obj.key, str(obj.path))
 
     def _validate(self, obj: OpenObject) -> None:
         """Parse the whole object once, keeping nothing, before any of its records is taken:
@@ -193,13 +198,13 @@ class ObjectReader:
         input" in docs/reliability.md). Raises what the format raises; with a plugin, also
         ``ParseTimeout`` once ``MAX_ATTEMPTS`` reads of this object hung until the writer was
         killed (``attempts.py``)."""
-        plugin = isinstance(self.format, PluginFormat)
+        fmt, src = self.formats[obj.source], self.config.sources[obj.source]
+        plugin = isinstance(fmt, PluginFormat)
         if plugin and self.attempts.begin(obj.name) >= MAX_ATTEMPTS:
             self.attempts.end(obj.name)
-            spec, limit = self.config.source.format, self.config.source.parse_timeout
-            raise ParseTimeout(obj.key, spec, limit, killed=MAX_ATTEMPTS)
+            raise ParseTimeout(obj.key, src.format, src.parse_timeout, killed=MAX_ATTEMPTS)
         try:
-            for _ in check_object(self.format, obj.key, str(obj.path)):
+            for _ in check_object(fmt, obj.key, str(obj.path)):
                 self.report()  # a large object takes a while: stay visibly alive
         finally:
             if plugin:
@@ -236,7 +241,7 @@ class ObjectReader:
         self.delete(obj.name)
         log.error(
             "quarantined s3://%s/%s (%s): %s",
-            self.config.source.bucket,
+            self.config.sources[obj.source].bucket,
             escape_key(obj.key),
             reason.value,
             escape_key(message),

@@ -92,19 +92,23 @@ class Writer:
         self.layout = layout = ctx.layout
         out = config.output
         self.counters = ctx.counters = _counters()
-        self.format = get_format(
-            config.source.format,
-            max_record_size=out.max_record_size,
-            parse_timeout=config.source.parse_timeout,
-            batch_bytes=batch_bytes(out.mix),
-        )
+        # one per source (sources:), each object parsed by its source's (its meta says which)
+        self.formats = [
+            get_format(
+                src.format,
+                max_record_size=out.max_record_size,
+                parse_timeout=src.parse_timeout,
+                batch_bytes=batch_bytes(out.mix),
+            )
+            for src in config.sources
+        ]
         self.budget = RamBudget(
             layout, out.ram_budget, ram_chunk(out.shard_size), self._waiting_for_ram, self._headroom
         )
         self.arrivals = Arrivals(layout, index, out.writers)
         self.epochs = EpochOrder(layout, self.arrivals, out.writers)
         self.reader = ObjectReader(
-            ctx, self.counters, self.format, layout, index, self.arrivals.claimed, self._report
+            ctx, self.counters, self.formats, layout, index, self.arrivals.claimed, self._report
         )
         self.mixer = Mixer(self.reader, self.counters, config.epochs.seed, index)
         self.replay: ReplayOrder | None = None  # epochs.order: replayable (set in _recover)
@@ -137,9 +141,11 @@ class Writer:
     def _plugin_heartbeat(self) -> contextlib.AbstractContextManager[object]:
         """With a plugin format, a thread that reports while the plugin's code runs (a slow
         object within ``source.parse_timeout`` must not look like a hung writer)."""
-        if not isinstance(self.format, PluginFormat):
-            return contextlib.nullcontext()
-        return PluginHeartbeat(self.format, lambda: self.ctx.report(force=True), 1.0)
+        stack = contextlib.ExitStack()
+        for fmt in self.formats:
+            if isinstance(fmt, PluginFormat):
+                stack.enter_context(PluginHeartbeat(fmt, lambda: self.ctx.report(force=True), 1.0))
+        return stack
 
     def _recover(self) -> None:
         """Roll the last commit forward (``Publisher.recover``), then reopen every object this

@@ -870,3 +870,116 @@ def test_request_and_byte_budgets_default_to_none_and_take_rates_and_sizes() -> 
 def test_bad_budgets_are_one_line_naming_the_key(key: str, value: object, allowed: str) -> None:
     message = config_error(make(download={key: value}))
     assert message.startswith(f"download.{key}: ") and allowed in message
+
+
+# --- several sources (sources:, docs/sources.md) ----------------------------------------------
+
+
+def _mixed(**extra: Any) -> dict[str, Any]:
+    return {
+        "sources": [
+            {"url": "s3://bucket/web/", "weight": 0.6, "name": "web"},
+            {"url": "s3://bucket/code/", "weight": 0.3, "format": "raw"},
+        ],
+        **extra,
+    }
+
+
+def test_sources_are_a_list_with_weights_and_names_defaulting_to_their_index() -> None:
+    config = config_from_dict(_mixed())
+    assert config.mixed
+    assert [s.name for s in config.sources] == ["web", "s1"]
+    assert [s.weight for s in config.sources] == [0.6, 0.3]
+    assert config.source is config.sources[0]
+    assert config.sources[1].format == "raw"
+    assert config.epochs.on_exhausted == "repeat"
+    single = config_from_dict({"source": {"url": URL}})
+    assert not single.mixed and single.sources == (single.source,)
+    assert single.source.weight == 1.0
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({**_mixed(), "source": {"url": URL}}, "source and sources are both set"),
+        ({"sources": []}, r"sources: \[\] is not allowed"),
+        (
+            {"sources": [{"url": URL}, {"url": URL, "weight": 1}]},
+            r"sources\[0\]\.weight is required",
+        ),
+        ({"sources": [{"url": URL, "weight": 0}]}, r"sources\[0\]\.weight: 0 is not allowed"),
+        ({"sources": [{"url": URL, "weight": True}]}, r"sources\[0\]\.weight"),
+        (
+            {
+                "sources": [
+                    {"url": URL, "weight": 1, "name": "a"},
+                    {"url": URL, "weight": 1, "name": "a"},
+                ]
+            },
+            r"sources\[1\]\.name: 'a' is not allowed: names must be unique",
+        ),
+        ({"sources": [{"url": URL, "weight": 1, "name": "a/b"}]}, r"sources\[0\]\.name"),
+        (
+            {"sources": [{"url": URL, "weight": 1, "colour": 1}]},
+            r"unknown key sources\[0\]\.colour",
+        ),
+        (
+            {
+                "sources": [
+                    {"url": URL, "weight": 1},
+                    {"url": "s3://other/x/", "weight": 1, "region": "eu-west-1"},
+                ]
+            },
+            r"sources\[1\]\.region: every source must be in the store of sources\[0\]",
+        ),
+        (_mixed(download={"keep": "1GiB"}), "download.keep is not allowed with several sources"),
+        (
+            _mixed(sharding={"resume_from": "/tmp/old-positions"}),
+            "sharding.resume_from is not allowed with several sources",
+        ),
+        (_mixed(epochs={"on_exhausted": "wrap"}), "epochs.on_exhausted: 'wrap' is not allowed"),
+        (
+            _mixed(epochs={"weights_by_epoch": [{"epoch": 1, "weights": {"web": 1}}]}),
+            r"epochs.weights_by_epoch\[0\]\.weights: names \['web'\] are not allowed",
+        ),
+        (
+            _mixed(epochs={"weights_by_epoch": [{"epoch": 1}]}),
+            "epochs.weights_by_epoch: .* expected a list of",
+        ),
+        (
+            {
+                "source": {"url": URL},
+                "epochs": {"weights_by_epoch": [{"epoch": 1, "weights": {"s0": 1}}]},
+            },
+            "epochs.weights_by_epoch needs sources: with more than one source",
+        ),
+    ],
+)
+def test_a_bad_sources_list_is_one_line_naming_the_key(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        config_from_dict(data)
+    assert "\n" not in str(info.value)
+    assert info.value.exit_code == EXIT_USAGE
+
+
+def test_the_replayable_order_takes_several_sources() -> None:
+    config = config_from_dict(_mixed(epochs={"order": "replayable"}))
+    assert config.mixed and config.output.writers == 1
+
+
+def test_sources_may_name_several_buckets_of_one_store() -> None:
+    config = config_from_dict(
+        {"sources": [{"url": URL, "weight": 1}, {"url": "s3://other/x/", "weight": 1}]}
+    )
+    assert [s.bucket for s in config.sources] == ["bucket", "other"]
+
+
+def test_weights_by_epoch_and_the_job_fingerprint_cover_every_source() -> None:
+    schedule = [{"epoch": 2, "weights": {"web": 1, "s1": 3}}]
+    config = config_from_dict(_mixed(epochs={"weights_by_epoch": schedule, "on_exhausted": "stop"}))
+    assert config.epochs.weights_by_epoch == ((2, (("s1", 3.0), ("web", 1.0))),)
+    other = config_from_dict(_mixed())
+    assert config.job_fingerprint() != other.job_fingerprint()
+    reweighted = _mixed()
+    reweighted["sources"][1]["weight"] = 0.4
+    assert config_from_dict(reweighted).job_fingerprint() != other.job_fingerprint()

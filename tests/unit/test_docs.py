@@ -3,10 +3,11 @@ the code: what a newcomer copies must work.
 
 The conventions the docs follow (README.md, "Code blocks in these docs"):
 
-- A fenced ``yaml`` block with a top-level ``source:`` is a prefetchd config and loads with
-  ``config_from_dict`` as written (bucket names, prefixes and endpoints are examples that
-  validate as they are). So does a config that a shell block writes with a here-document
-  (``cat > train.yaml <<'EOF'``); in an unquoted one, ``$VAR`` stands for an example value:
+- A fenced ``yaml`` block with a top-level ``source:`` (or ``sources:``) is a prefetchd
+  config and loads with ``config_from_dict`` as written (bucket names, prefixes and
+  endpoints are examples that validate as they are). So does a config that a shell block
+  writes with a here-document (``cat > train.yaml <<'EOF'``); in an unquoted one, ``$VAR``
+  stands for an example value:
   ``http://127.0.0.1:9000`` for a name with ``URL`` or ``ENDPOINT`` in it, else ``/tmp/VAR``.
   Other ``yaml`` blocks (manifests, fragments of a config) must parse.
 - Every ``prefetchd ...`` command in a ``bash``, ``sh``, ``shell`` or ``console`` block (after
@@ -162,7 +163,7 @@ def yaml_blocks() -> list[Block]:
     found = of_lang("yaml")
     for block in of_lang(*SHELLS):
         for body in heredocs(block.text):
-            if re.search(r"^source:", body, re.M):
+            if re.search(r"^sources?:", body, re.M):
                 found.append(Block(block.page, block.line, "yaml heredoc", body))
     return found
 
@@ -175,7 +176,7 @@ def test_a_yaml_config_block_loads(block: Block, monkeypatch: pytest.MonkeyPatch
         '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}',
     )
     data = yaml.safe_load(block.text)
-    if isinstance(data, dict) and "source" in data:
+    if isinstance(data, dict) and ("source" in data or "sources" in data):
         config_from_dict(data, base_dir=ROOT)
 
 

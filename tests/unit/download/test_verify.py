@@ -140,8 +140,12 @@ def test_tfrecord_input_is_verified_by_its_crcs_without_a_request_or_an_md5(
         verifier.verify(job)
         assert job.records_ok, "the writer is told it need not read the object through again"
     assert store.heads == []
-    assert not verifier.wants_md5(SourceObject("data/x.tfrecord", len(RECORDS), md5))
-    assert verifier.wants_md5(SourceObject("data/x.tfrecord.gz", len(RECORDS), md5))
+    assert not verifier.wants_md5(fetched(RECORDS, md5, key="data/x.tfrecord"))
+    assert verifier.wants_md5(fetched(RECORDS, md5, key="data/x.tfrecord.gz"))
+    # a job of another source carries its own format (sources:)
+    other = fetched(RECORDS, md5, key="data/x.tfrecord")
+    other.format = "raw"
+    assert verifier.wants_md5(other)
     with pytest.raises(IntegrityError, match="TFRecord CRC"):
         verifier.verify(fetched(flipped(RECORDS, 5000), "0" * 32 + "-2", key="x.tfrecord"))
 

@@ -3,6 +3,7 @@ have one place in each message that carries them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import fields
 from typing import Any, get_type_hints
@@ -20,6 +21,7 @@ from prefetchd.messages.counters import (
     quarantined_by_reason,
 )
 from prefetchd.messages.epoch_keep import EpochKeep
+from prefetchd.messages.source_status import SourceStatus
 from prefetchd.messages.status_record import StatusRecord
 from prefetchd.messages.wire import MessageError
 
@@ -110,12 +112,17 @@ def test_a_report_built_from_a_roles_counters_carries_each_of_them() -> None:
         store_errors=3,
         store_last_error="connection reset",
         store_outages=1,
+        sources=[SourceStatus("web", 0.6, 3, 300, window_bytes=100, share=0.61)],
     )
     errors = [ErrorEntry(1.0, "k", "e")]
     report = ChildReport.of(counters, name="downloader", pid=3, last_errors=errors)
     written = json.loads(report.encode())
-    assert {k: written[k] for k in counters} == counters
+    sources = [dataclasses.asdict(s) for s in counters["sources"]]
+    assert {k: written[k] for k in counters} == {**counters, "sources": sources}
     read = ChildReport.decode(report.encode())
+    assert read.sources == tuple(counters["sources"])
+    status = StatusRecord("running", sources=read.sources)
+    assert StatusRecord.decode(status.encode()).sources == read.sources
     assert read.activity_text == "paused: store errors (SlowDown), retrying in 4s"
     assert (read.counts.objects_downloaded, read.window_limit, read.epoch) == (7, 4096, 2)
     assert read.last_errors == tuple(errors) and read.version == ChildReport.VERSION

@@ -1,0 +1,194 @@
+"""Several sources in one epoch, by weight: which objects of each source epoch k reads, and in
+which order. Pure functions of the listing's sizes, the weights, ``epochs.seed`` and k, so a
+restart, another host or a resumed job computes the same plan (docs/sources.md).
+
+**Streams.** Each source is an endless *stream*: its share of objects (sorted by key) in a
+seeded order, *period* after period. Stream offsets are in bytes: the object at position i of
+period m starts at ``m * S + (bytes before it in that period)``, S being the share's total.
+
+**Epochs.** A weight is a share of an epoch's bytes. With weights ``w`` (normalized to sum 1)
+epoch k is ``T`` bytes, ``T = max_s S_s / w_s`` (``on_exhausted: repeat``: every source gets
+at least one period's bytes, the one that needs the most exactly one) or ``min_s S_s / w_s``
+(``stop``: the epoch ends when the first source has given one period's bytes). Source s gives
+``Q_s = w_s * T`` bytes: the objects whose stream offset lies in ``[start_s(k), start_s(k+1))``
+(rounded up to whole bytes), where ``start_s(k)`` is the sum of ``Q_s`` over the epochs before
+k (weights may change by epoch: ``weights_by_epoch``). So the windows of consecutive epochs
+tile each stream: every object of every period is read in exactly one epoch, none is lost at an
+epoch's end (what a source did not give in epoch k is the start of its part of epoch k+1), and
+a source's share of an epoch's bytes is its weight to within one object.
+
+**Orders.** A period starts a fresh seeded order only where an epoch's window starts on the
+period's boundary; inside a window a period repeats the order of the one before. So a window is
+a stretch of one periodic sequence: with ``stop`` (``Q_s <= S_s``) no object is read twice in
+one epoch, with ``repeat`` (``Q_s >= S_s``) every object is read at least once in every epoch.
+The source that sets T (with constant weights) has windows equal to periods: a fresh order
+every epoch; another source keeps its order until one of its windows starts on a period's
+boundary (the records inside each object, and the writers' mixing, change every epoch).
+
+**Interleaving.** The epoch's objects are merged by where each one's middle falls in its
+source's window, as a fraction of the window: a smooth schedule, so that any stretch of the
+epoch holds each source's bytes in proportion (within about one object of each).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from prefetchd.seeds import stable_hash
+
+REPEAT, STOP = "repeat", "stop"
+
+
+def epoch_weights(
+    base: Sequence[float],
+    names: Sequence[str],
+    schedule: Sequence[tuple[int, Sequence[tuple[str, float]]]],
+    epoch: int,
+) -> tuple[Fraction, ...]:
+    """The weights of ``epoch``, normalized to sum 1: the last schedule entry whose first epoch
+    is at most ``epoch``, else ``base`` (the sources' own weights)."""
+    weights = list(base)
+    for first, entry in schedule:
+        if first <= epoch:
+            given = dict(entry)
+            weights = [given[name] for name in names]
+    exact = [Fraction(w) for w in weights]
+    total = sum(exact)
+    return tuple(w / total for w in exact)
+
+
+def quotas(
+    totals: Sequence[int], weights: Sequence[Fraction], on_exhausted: str
+) -> tuple[Fraction, ...]:
+    """Bytes each source gives to one epoch with these (normalized) weights."""
+    lengths = [Fraction(size) / w for size, w in zip(totals, weights, strict=True)]
+    epoch_bytes = max(lengths) if on_exhausted == REPEAT else min(lengths)
+    return tuple(w * epoch_bytes for w in weights)
+
+
+@dataclass(frozen=True)
+class Streams:
+    """The sources' sizes and weights over every epoch: where each epoch's window of each
+    stream starts, and which seeded order each period has."""
+
+    sizes: tuple[array[int], ...]  # each source's object sizes, in key order
+    base: tuple[float, ...]
+    names: tuple[str, ...]
+    schedule: tuple[tuple[int, tuple[tuple[str, float], ...]], ...]
+    on_exhausted: str
+    seed: int
+    shuffle: bool = True
+
+    @property
+    def totals(self) -> tuple[int, ...]:
+        return tuple(sum(s) for s in self.sizes)
+
+    def quotas(self, epoch: int) -> tuple[Fraction, ...]:
+        weights = epoch_weights(self.base, self.names, self.schedule, epoch)
+        return quotas(self.totals, weights, self.on_exhausted)
+
+    def starts(self, epoch: int) -> tuple[Fraction, ...]:
+        """Stream offsets (exact) where ``epoch``'s windows start: the sum of the quotas of
+        the epochs before it, taken segment by segment of the schedule."""
+        changes = sorted({0, *(first for first, _ in self.schedule if first < epoch), epoch})
+        start = [Fraction(0)] * len(self.sizes)
+        for a, b in itertools.pairwise(changes):
+            for s, q in enumerate(self.quotas(a)):
+                start[s] += q * (b - a)
+        return tuple(start)
+
+    def window(self, source: int, epoch: int) -> tuple[int, int]:
+        """``[first, end)`` stream offsets of ``source`` in ``epoch``, in whole bytes."""
+        return (
+            math.ceil(self.starts(epoch)[source]),
+            math.ceil(self.starts(epoch + 1)[source]),
+        )
+
+    def order_of(self, source: int, period: int) -> int:
+        """Which seeded order ``period`` of ``source`` has: that of the last period at or
+        before it whose start is also an epoch's start (no window straddles it), so a window
+        never holds two orders."""
+        total, target = self.totals[source], period * self.totals[source]
+        safe, epoch = 0, 0
+        while True:
+            first = math.ceil(self.starts(epoch)[source])
+            if first > target:
+                return safe
+            if first % total == 0:
+                safe = first // total
+            epoch += 1
+
+    def window_order(self, source: int, epoch: int) -> int:
+        """``order_of`` every period of ``epoch``'s window of ``source`` (one: no boundary
+        inside a window starts an order), found from the epoch's start backwards."""
+        total = self.totals[source]
+        for before in range(epoch, -1, -1):
+            first = math.ceil(self.starts(before)[source])
+            if first % total == 0:
+                return first // total
+        return 0
+
+    def permutation(self, source: int, order: int) -> array[int]:
+        """Key-order positions of ``source`` in its seeded order number ``order``."""
+        positions = array("Q", range(len(self.sizes[source])))
+        if self.shuffle:
+            random.Random(stable_hash("source", self.seed, source, order)).shuffle(positions)
+        return positions
+
+    def picks(self, source: int, epoch: int) -> Iterator[tuple[int, int, int]]:
+        """``(period, row, offset in the window)`` of each object ``source`` gives ``epoch``."""
+        first, end = self.window(source, epoch)
+        if end <= first:
+            return
+        total, sizes = self.totals[source], self.sizes[source]
+        positions = self.permutation(source, self.window_order(source, epoch))
+        for period in range(first // total, (end - 1) // total + 1):
+            offset = period * total
+            for row in positions:
+                if offset >= end:
+                    break
+                if offset >= first:
+                    yield period, row, offset - first
+                offset += sizes[row]
+
+
+@dataclass
+class EpochMix:
+    """One epoch's objects in order: for each position, its source, period and key-order row
+    in that source's share (13 bytes an object)."""
+
+    sources: array[int]
+    periods: array[int]
+    rows: array[int]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def at(self, seq: int) -> tuple[int, int, int]:
+        return self.sources[seq], self.periods[seq], self.rows[seq]
+
+
+def epoch_mix(streams: Streams, epoch: int) -> EpochMix:
+    """``epoch``'s objects of every source, interleaved by where each one's middle falls in its
+    source's window (a fraction of the window; ties go to the lower source index)."""
+    quota = streams.quotas(epoch)
+
+    def keyed(source: int) -> Iterator[tuple[float, int, int, int]]:
+        window = float(quota[source]) or 1.0
+        sizes = streams.sizes[source]
+        for period, row, at in streams.picks(source, epoch):
+            yield (at + sizes[row] / 2) / window, source, period, row
+
+    mix = EpochMix(array("B"), array("L"), array("Q"))
+    for _, source, period, row in heapq.merge(*(keyed(s) for s in range(len(streams.sizes)))):
+        mix.sources.append(source)
+        mix.periods.append(period)
+        mix.rows.append(row)
+    return mix

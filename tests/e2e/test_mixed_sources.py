@@ -1,0 +1,603 @@
+"""``sources:`` against the real daemon (moto on 127.0.0.1): three sources of three formats and
+sizes mixed by weight 0.6/0.3/0.1 over two epochs.
+
+Each record says which source, object and record it is, so the test knows every epoch's plan
+(``download/mixture.py``, computed here from what was uploaded, as the daemon computes it) and
+checks against it: every planned record exactly once per epoch, each source's share of the
+epoch's bytes within 1 % of its weight, and every window of 1,000 records (in the order the
+trainer read them) within a few % of the epoch's proportions. Then: a daemon SIGKILLed
+mid-epoch and restarted (exactly once still), two hosts (disjoint and complete per source), and
+a weight change between epochs (``epochs.weights_by_epoch``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import prefetchd
+from prefetchd.config import load_config
+from prefetchd.download.mixture import Streams, epoch_mix
+from prefetchd.download.order import in_share
+from prefetchd.kernel.example_decode import parse
+from prefetchd.kernel.example_encode import encode_example
+from prefetchd.kernel.framing import frame
+from prefetchd.layout import Layout
+from prefetchd.progress import job_tag
+from prefetchd.supervise.status import read_status
+from testkit.trainers import finish_trainer, start_trainer
+from tests.conftest import DELETE, _delete_bucket, wait_for
+
+pytestmark = pytest.mark.e2e
+
+RESUME_TRAINER = "tests.e2e.records_resume_trainer"
+WEIGHTS = {"web": 0.6, "code": 0.3, "books": 0.1}
+EPOCHS = 2
+WINDOW = 1000
+# A window's share of a source may differ this much from the epoch's (measured 0.053-0.057
+# alone, up to 0.079 on a loaded machine, where writers that find ready/ empty draw from fewer
+# objects; the writers draw uniformly across their open objects: docs/sources.md).
+WINDOW_SLACK = 0.10
+
+
+@dataclass
+class Uploaded:
+    """What each source holds: every object's records (their tokens) and size, by key."""
+
+    records: dict[str, dict[str, list[bytes]]] = field(default_factory=dict)
+    sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, source: str, key: str, tokens: list[bytes], size: int) -> None:
+        self.records.setdefault(source, {})[key] = tokens
+        self.sizes.setdefault(source, {})[key] = size
+
+
+def tar_object(tokens: list[bytes], rng: random.Random) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i, token in enumerate(tokens):
+            body = token + b"|" + rng.randbytes(rng.randrange(100, 400)).hex().encode()
+            info = tarfile.TarInfo(f"{i:05d}.txt")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return buf.getvalue()
+
+
+def books_bucket(bucket: str) -> str:
+    """The books are in a bucket of their own (sources may name several buckets of a store)."""
+    return f"{bucket}-books"
+
+
+@pytest.fixture(autouse=True)
+def _books_deleted(s3_client: Any, bucket: str) -> Iterator[None]:
+    """The books' bucket goes with the test's (moto's memory stays small)."""
+    yield
+    with contextlib.suppress(Exception):  # the test's own failure matters more
+        _delete_bucket(s3_client, books_bucket(bucket))
+
+
+def upload(s3: Any, bucket: str) -> Uploaded:
+    """web: 80 TFRecord objects of 20-40 records; code: 300 raw objects (a record each);
+    books: 20 tar objects of 10-30 samples, in ``books_bucket``. Every record's token is
+    ``source:object:record``."""
+    rng = random.Random(26)
+    if not any(b["Name"] == books_bucket(bucket) for b in s3.list_buckets()["Buckets"]):
+        s3.create_bucket(Bucket=books_bucket(bucket))
+    up = Uploaded()
+    for o in range(80):
+        key = f"mix/web/{o:03d}.tfrecord"
+        tokens = [f"web:{o}:{j}".encode() for j in range(rng.randrange(20, 40))]
+        body = b"".join(
+            frame(encode_example({"t": t, "pad": rng.randbytes(rng.randrange(200, 600))}))
+            for t in tokens
+        )
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        up.add("web", key, tokens, len(body))
+    for o in range(300):
+        key = f"mix/code/{o:03d}.bin"
+        token = f"code:{o}:0".encode()
+        body = token + b"|" + rng.randbytes(rng.randrange(500, 3000))
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        up.add("code", key, [token], len(body))
+    for o in range(20):
+        key = f"mix/books/{o:03d}.tar"
+        tokens = [f"books:{o}:{j}".encode() for j in range(rng.randrange(10, 30))]
+        body = tar_object(tokens, rng)
+        s3.put_object(Bucket=books_bucket(bucket), Key=key, Body=body)
+        up.add("books", key, tokens, len(body))
+    return up
+
+
+def token_of(record: bytes) -> bytes:
+    features = parse(record)
+    if "t" in features:
+        value = features["t"][0]
+    elif "data" in features:
+        value = features["data"][0]
+    else:
+        value = features["txt"][0]
+    assert isinstance(value, bytes)
+    return value.split(b"|", 1)[0]
+
+
+def mixed_config(
+    tmp_path: Path,
+    name: str,
+    write_config: Callable[..., Path],
+    bucket: str,
+    *,
+    epochs: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Path:
+    path = write_config(
+        tmp_path / name, epochs={"count": EPOCHS, "seed": 3, **(epochs or {})}, **overrides
+    )
+    config = yaml.safe_load(path.read_text())
+    store = config.pop("source")
+    formats = {"web": "tfrecord", "code": "raw", "books": "tar"}
+    buckets = {"web": bucket, "code": bucket, "books": books_bucket(bucket)}
+    config["sources"] = [
+        {
+            **store,
+            "url": f"s3://{buckets[n]}/mix/{n}/",
+            "format": formats[n],
+            "weight": w,
+            "name": n,
+        }
+        for n, w in WEIGHTS.items()
+    ]
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def plan(up: Uploaded, config_path: Path, epoch: int) -> Counter[bytes]:
+    """The records ``epoch`` must deliver on this host, from the pure plan over the upload."""
+    config = load_config(config_path)
+    shares = []
+    for src in config.sources:
+        keys = sorted(
+            k
+            for k in up.sizes[src.name]
+            if in_share(k, config.sharding.num_workers, config.sharding.worker_index)
+        )
+        shares.append(keys)
+    streams = Streams(
+        sizes=tuple(
+            array("Q", [up.sizes[s.name][k] for k in keys])
+            for s, keys in zip(config.sources, shares, strict=True)
+        ),
+        base=tuple(s.weight for s in config.sources),
+        names=tuple(s.name for s in config.sources),
+        schedule=config.epochs.weights_by_epoch,
+        on_exhausted=config.epochs.on_exhausted,
+        seed=config.epochs.seed,
+    )
+    mix = epoch_mix(streams, epoch)
+    want: Counter[bytes] = Counter()
+    for source, _, row in zip(mix.sources, mix.periods, mix.rows, strict=True):
+        name = config.sources[source].name
+        want.update(up.records[name][shares[source][row]])
+    return want
+
+
+def read_epochs(config: Path) -> list[list[bytes]]:
+    return [
+        [token_of(bytes(r)) for r in prefetchd.records(config, epoch=e, timeout=120)]
+        for e in range(EPOCHS)
+    ]
+
+
+def byte_shares(up: Uploaded, tokens: list[bytes]) -> dict[str, float]:
+    """Each source's share of the bytes ``tokens`` stand for (a record: its object's bytes over
+    its object's record count)."""
+    per_object = {
+        token: up.sizes[src][key] / len(tokens_)
+        for src, objects in up.records.items()
+        for key, tokens_ in objects.items()
+        for token in tokens_
+    }
+    got = Counter[str]()
+    for token in tokens:
+        got[token.split(b":")[0].decode()] += per_object[token]  # type: ignore[assignment]
+    total = sum(got.values())
+    return {name: got[name] / total for name in WEIGHTS}
+
+
+def check_windows(tokens: list[bytes]) -> float:
+    """The largest difference between a source's share of records in any window of
+    ``WINDOW`` consecutive records and its share in the whole epoch."""
+    sources = [t.split(b":")[0] for t in tokens]
+    overall = Counter(sources)
+    worst = 0.0
+    counts = Counter(sources[:WINDOW])
+    for start in range(len(sources) - WINDOW + 1):
+        if start:
+            counts[sources[start - 1]] -= 1
+            counts[sources[start + WINDOW - 1]] += 1
+        for name, n in overall.items():
+            worst = max(worst, abs(counts[name] / WINDOW - n / len(sources)))
+    return worst
+
+
+def test_three_sources_by_weight_exactly_once_in_proportion_and_interleaved(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    up = upload(s3_client, bucket)
+    config = mixed_config(tmp_path, "a", write_config, bucket, output__mix=64)
+    daemon = run_daemon(config)
+    epochs = read_epochs(config)
+    assert daemon.wait(120) == 0, daemon.output()
+    status = read_status(Layout.of(load_config(config)))
+    assert status is not None
+    assert [s.name for s in status.sources] == list(WEIGHTS)
+    for src in status.sources:  # the last epoch, all downloaded: its shares as planned
+        assert src.epoch_bytes_done == src.epoch_bytes > 0
+        assert src.share is not None and abs(src.share - WEIGHTS[src.name]) <= 0.01
+        assert src.weight == pytest.approx(WEIGHTS[src.name])
+    for e, tokens in enumerate(epochs):
+        assert Counter(tokens) == plan(up, config, e), f"epoch {e}: every planned record once"
+        shares = byte_shares(up, tokens)
+        for name, weight in WEIGHTS.items():
+            assert abs(shares[name] - weight) <= 0.01, (e, shares)
+        assert len(tokens) >= 3 * WINDOW
+        assert check_windows(tokens) <= WINDOW_SLACK, f"epoch {e}: windows"
+    assert epochs[0] != epochs[1]
+
+
+def test_check_checks_every_source(
+    tmp_path: Path, s3_client: Any, bucket: str, write_config: Callable[..., Path]
+) -> None:
+    upload(s3_client, bucket)
+    config = mixed_config(tmp_path, "c", write_config, bucket)
+    done = subprocess.run(
+        [sys.executable, "-m", "prefetchd", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    for i, (name, fmt) in enumerate([("web", "tfrecord"), ("code", "raw"), ("books", "tar")]):
+        assert f"sources[{i}].format {fmt} is available" in out, out
+        assert f"readable (source {name})" in out, out
+
+
+def test_a_daemon_killed_mid_epoch_delivers_every_planned_record_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """The RAM budget holds a few shards, so the writers are mid-epoch, waiting for room, when
+    the whole daemon is SIGKILLed; the restarted one goes on from the journals."""
+    up = upload(s3_client, bucket)
+    config = mixed_config(
+        tmp_path, "k", write_config, bucket, output__ram_budget="2MiB", output__shard_size="256KiB"
+    )
+    ready = Layout.of(load_config(config)).ram_ready
+    daemon = run_daemon(config)
+    wait_for(lambda: ready.is_dir() and len(os.listdir(ready)) >= 3, 60, "shards before the kill")
+    daemon.kill_group(signal.SIGKILL)
+    daemon.wait(30)
+    restarted = run_daemon(config)
+    epochs = read_epochs(config)
+    assert restarted.wait(120) == 0, restarted.output()
+    for e, tokens in enumerate(epochs):
+        assert Counter(tokens) == plan(up, config, e), f"epoch {e}: exactly once after the kill"
+
+
+def test_two_hosts_each_read_their_share_of_every_source(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    up = upload(s3_client, bucket)
+    configs = [
+        mixed_config(
+            tmp_path,
+            f"h{i}",
+            write_config,
+            bucket,
+            epochs={"count": 1},
+            sharding={"num_workers": 2, "worker_index": i},
+            download__client="classic",  # the other tests use crt (the default)
+        )
+        for i in range(2)
+    ]
+    daemons = [run_daemon(c) for c in configs]
+    got = [[token_of(bytes(r)) for r in prefetchd.records(c, timeout=120)] for c in configs]
+    for d in daemons:
+        assert d.wait(120) == 0, d.output()
+    for c, tokens in zip(configs, got, strict=True):
+        assert Counter(tokens) == plan(up, c, 0), "each host reads its own plan, exactly once"
+    objects = [{t.rsplit(b":", 1)[0] for t in tokens} for tokens in got]
+    assert not objects[0] & objects[1], "the hosts' objects are disjoint"
+    for name, records in up.records.items():
+        everything = {t.rsplit(b":", 1)[0] for tokens in records.values() for t in tokens}
+        mine = {o for o in objects[0] | objects[1] if o.startswith(name.encode() + b":")}
+        # repeat: every object of every source is read at least once on one host or the other
+        assert mine == everything, name
+
+
+def test_weights_by_epoch_change_the_mix_from_their_epoch(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    up = upload(s3_client, bucket)
+    later = {"web": 0.2, "code": 0.2, "books": 0.6}
+    config = mixed_config(
+        tmp_path,
+        "w",
+        write_config,
+        bucket,
+        epochs={"on_exhausted": "stop", "weights_by_epoch": [{"epoch": 1, "weights": later}]},
+    )
+    daemon = run_daemon(config)
+    epochs = read_epochs(config)
+    assert daemon.wait(120) == 0, daemon.output()
+    for e, (tokens, weights) in enumerate(zip(epochs, (WEIGHTS, later), strict=True)):
+        assert Counter(tokens) == plan(up, config, e), f"epoch {e}"
+        assert max(Counter(tokens).values()) == 1, "stop: no record twice in an epoch"
+        shares = byte_shares(up, tokens)
+        for name, weight in weights.items():
+            assert abs(shares[name] - weight) <= 0.01, (e, shares)
+
+
+def test_two_sources_listing_the_same_keys_never_share_a_name(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Two sources over one prefix, weight 1 each: every object is read twice an epoch, once
+    for each source, under two local names and two download-log lines (the hash covers the
+    source): nothing is taken for already done, nothing lost."""
+    up = upload(s3_client, bucket)
+    path = write_config(tmp_path / "same", epochs={"count": 1, "seed": 3, "on_exhausted": "stop"})
+    config = yaml.safe_load(path.read_text())
+    store = config.pop("source")
+    url = f"s3://{bucket}/mix/code/"
+    config["sources"] = [
+        {**store, "url": url, "format": "raw", "weight": 1, "name": n} for n in ("a", "b")
+    ]
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    daemon = run_daemon(path)
+    tokens = [token_of(bytes(r)) for r in prefetchd.records(path, timeout=120)]
+    assert daemon.wait(120) == 0, daemon.output()
+    code = [t for tokens_ in up.records["code"].values() for t in tokens_]
+    assert Counter(tokens) == Counter(code * 2), "every object once for each source"
+
+
+def test_a_sigkilled_downloader_and_writer_are_restarted_and_every_record_comes_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """While a trainer reads, the downloader is SIGKILLed mid-epoch, then a writer: each is
+    restarted and goes on from its log and journal; the trainer gets every planned record of
+    each epoch exactly once."""
+    up = upload(s3_client, bucket)
+    config = mixed_config(
+        tmp_path,
+        "c",
+        write_config,
+        bucket,
+        download__window="1MiB",
+        download__concurrency=2,
+        output__ram_budget="2MiB",
+        output__shard_size="256KiB",
+    )
+    layout = Layout.of(load_config(config))
+    daemon = run_daemon(config)
+    got: list[list[bytes]] = []
+    reader = threading.Thread(target=lambda: got.extend(read_epochs(config)))
+    reader.start()
+
+    def child(name: str, least: Callable[[Any], bool]) -> int:
+        found: list[int] = []
+
+        def ready() -> bool:
+            status = read_status(layout)
+            info = status.children.get(name) if status is not None else None
+            if status is None or info is None or not info.alive or info.pid is None:
+                return False
+            if not least(status):
+                return False
+            found.append(info.pid)
+            return True
+
+        wait_for(ready, 60, f"{name} to be killed")
+        return found[-1]
+
+    os.kill(child("downloader", lambda s: s.counts.objects_downloaded >= 20), signal.SIGKILL)
+    os.kill(child("writer-0", lambda s: s.counts.shards_written >= 4), signal.SIGKILL)
+    reader.join(180)
+    assert not reader.is_alive()
+    assert daemon.wait(120) == 0, daemon.output()
+    for e, tokens in enumerate(got):
+        assert Counter(tokens) == plan(up, config, e), f"epoch {e}: exactly once after the kills"
+    status = read_status(layout)
+    assert status is not None
+    assert status.children["downloader"].restarts == 1
+    assert status.children["writer-0"].restarts == 1
+
+
+def test_a_trainer_killed_mid_epoch_resumes_from_its_position_exactly_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """``records(position=...)`` across a SIGKILLed trainer: the position (its job covering
+    every source) resumes inside the shard in progress; each epoch's plan trained once."""
+    up = upload(s3_client, bucket)
+    config = mixed_config(tmp_path, "p", write_config, bucket, output__shard_size="128KiB")
+    daemon = run_daemon(config)
+    ckpt = tmp_path / "ckpt.json"
+    args = (str(ckpt), "--epochs", str(EPOCHS), "--save-every", "97", "--tokens")
+    first = start_trainer(
+        RESUME_TRAINER, config, tmp_path / "a.json", *args, "--crash-after", "3000"
+    )
+    assert first.wait(120) == -signal.SIGKILL
+    saved = json.loads(ckpt.read_text())
+    assert saved["position"]["records"], "the saved position is not inside a shard"
+    tag = job_tag(load_config(config))  # the dataset hash covers every source
+    assert {k: saved["position"]["job"][k] for k in tag} == tag
+    out = tmp_path / "b.json"
+    second = finish_trainer(start_trainer(RESUME_TRAINER, config, out, *args, "--resume"), out)
+    assert daemon.wait(120) == 0, daemon.output()
+    for e in range(EPOCHS):
+        got = Counter(t.encode() for epoch, t in saved["records"] + second["records"] if epoch == e)
+        assert got == plan(up, config, e), f"epoch {e}: records lost or trained twice"
+
+
+def test_the_replayable_order_with_three_sources_is_the_same_on_every_run(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """``epochs.order: replayable``: two runs with the same seed, one of them downloading one
+    object at a time, yield the same records in the same order; each epoch its plan."""
+    up = upload(s3_client, bucket)
+    runs = []
+    for name, concurrency in (("r1", 8), ("r2", 1)):
+        config = mixed_config(
+            tmp_path,
+            name,
+            write_config,
+            bucket,
+            epochs={"order": "replayable"},
+            output__writers=DELETE,
+            download__concurrency=concurrency,
+        )
+        daemon = run_daemon(config)
+        runs.append(read_epochs(config))
+        assert daemon.wait(120) == 0, daemon.output()
+        for e, tokens in enumerate(runs[-1]):
+            assert Counter(tokens) == plan(up, config, e), f"{name} epoch {e}"
+    assert runs[0] == runs[1], "the same seed gave another order"
+    assert runs[0][0] != runs[0][1]
+
+
+def test_the_replayable_order_with_three_sources_survives_a_sigkill(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """A daemon SIGKILLed mid-epoch (writer waiting for room, nothing read) and restarted
+    yields the sequence of a run that was never interrupted."""
+    up = upload(s3_client, bucket)
+    small: dict[str, Any] = {
+        "output__writers": DELETE,
+        "output__shard_size": "64KiB",
+        "output__ram_budget": "1MiB",
+    }
+    replayable = {"order": "replayable"}
+    whole = mixed_config(tmp_path, "u", write_config, bucket, epochs=replayable, **small)
+    daemon = run_daemon(whole)
+    uninterrupted = read_epochs(whole)
+    assert daemon.wait(120) == 0, daemon.output()
+    config = mixed_config(tmp_path, "k", write_config, bucket, epochs=replayable, **small)
+    ready = Layout.of(load_config(config)).ram_ready
+    daemon = run_daemon(config)
+    wait_for(lambda: ready.is_dir() and len(os.listdir(ready)) >= 10, 60, "shards before the kill")
+    daemon.kill_group(signal.SIGKILL)
+    daemon.wait(30)
+    restarted = run_daemon(config)
+    got = read_epochs(config)
+    assert restarted.wait(120) == 0, restarted.output()
+    for e, tokens in enumerate(got):
+        assert Counter(tokens) == plan(up, config, e), f"epoch {e}"
+    assert got == uninterrupted, "the restart changed the order"
+
+
+def test_a_source_whose_bucket_is_missing_is_named_by_run_and_check(
+    tmp_path: Path, s3_client: Any, bucket: str, write_config: Callable[..., Path]
+) -> None:
+    upload(s3_client, bucket)
+    path = mixed_config(tmp_path, "g", write_config, bucket)
+    config = yaml.safe_load(path.read_text())
+    config["sources"][2]["url"] = f"s3://{bucket}-ghost/mix/books/"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    for command in ("run", "check"):
+        done = subprocess.run(
+            [sys.executable, "-m", "prefetchd", command, "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr
+        out = done.stdout + done.stderr
+        assert f"bucket '{bucket}-ghost' does not exist (s3://{bucket}-ghost/mix/books/)" in out
+        assert "Traceback" not in out
+
+
+def test_a_restarted_job_continues_the_weight_schedule(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """Weights change at epoch 1; the daemon is SIGKILLed once epoch 0 is downloaded and
+    started again: epoch 1 has the new weights, and each epoch its plan exactly once."""
+    up = upload(s3_client, bucket)
+    later = {"web": 0.2, "code": 0.2, "books": 0.6}
+    config = mixed_config(
+        tmp_path,
+        "s",
+        write_config,
+        bucket,
+        epochs={"weights_by_epoch": [{"epoch": 1, "weights": later}]},
+        output__ram_budget="2MiB",
+        output__shard_size="256KiB",
+    )
+    marker = Layout.of(load_config(config)).downloaded_marker(0)
+    daemon = run_daemon(config)
+    wait_for(marker.exists, 60, "epoch 0 downloaded")
+    daemon.kill_group(signal.SIGKILL)
+    daemon.wait(30)
+    restarted = run_daemon(config)
+    epochs = read_epochs(config)
+    assert restarted.wait(120) == 0, restarted.output()
+    for e, (tokens, weights) in enumerate(zip(epochs, (WEIGHTS, later), strict=True)):
+        assert Counter(tokens) == plan(up, config, e), f"epoch {e}"
+        shares = byte_shares(up, tokens)
+        for name, weight in weights.items():
+            assert abs(shares[name] - weight) <= 0.01, (e, shares)
