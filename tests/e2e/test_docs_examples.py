@@ -22,9 +22,11 @@ pytestmark = pytest.mark.e2e
 
 
 def example(page: str, tmp_path: Path, heading: str = "Example") -> Path:
-    """The first python block under the page's ``## <heading>``, as a script file."""
+    """The first python block under the page's ``## <heading>`` (``heading`` may start with
+    its own ``#``s, e.g. ``### Resuming``), as a script file."""
     text = (ROOT / "docs" / page).read_text()
-    section = text.split(f"\n## {heading}\n", 1)[1]
+    line = heading if heading.startswith("#") else f"## {heading}"
+    section = text.split(f"\n{line}\n", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None, f"{page} has no python block under {heading!r}"
     # train_*.py: a script named tensorflow.py or keras.py would shadow the package
@@ -146,3 +148,45 @@ def test_the_multi_worker_resume_recipe_runs_as_written_after_every_worker_was_k
     for daemon in daemons:
         assert daemon.wait(120) == 0, daemon.output()
     assert all(re.search(r"trained \d+ steps", out) for out in outputs), outputs
+
+
+def test_the_plain_python_resume_recipe_runs_as_written_after_a_kill(
+    tmp_path: Path,
+    upload: Callable[..., Any],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """docs/plain-python.md's ``records(config, position=...)`` recipe, as written: killed
+    (SIGKILL) after its first checkpoint, then started again with the same command, it finishes
+    and the daemon sees every epoch consumed (``tests/e2e/test_records.py`` and
+    ``tests/functional/test_records.py`` check the resume record by record)."""
+    upload("tfrecord", SMALL * 6, seed=23)  # ~2,700 records: past the recipe's first save
+    script = example("plain-python.md", tmp_path, "### Resuming: `position`, to the record")
+    config = write_config(tmp_path / "host", epochs__count=2, output__shard_size="64KiB")
+    daemon = run_daemon(config)
+    work = tmp_path / "work"  # the recipe writes checkpoint.json where it runs
+    work.mkdir()
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(script), str(config)],
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    first = start()
+    checkpoint = work / "checkpoint.json"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists():
+        assert time.monotonic() < deadline, "the recipe saved no checkpoint in 120 s"
+        if first.poll() is not None:
+            pytest.fail(f"the recipe ended before the kill:\n{first.communicate()[0][-3000:]}")
+        time.sleep(0.05)
+    first.kill()
+    first.communicate()
+    saved = json.loads(checkpoint.read_text())
+    assert saved["step"] >= 1000 and saved["position"]["version"] == 2
+    finish(start())
+    assert daemon.wait(120) == 0, daemon.output()
