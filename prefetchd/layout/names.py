@@ -261,8 +261,7 @@ def file_epoch(name: str) -> int | None:
     """The epoch one of our file names belongs to: an object, a shard, a writer's or a
     trainer's claim (temp suffixes included), or a per-epoch state file (``progress/e<k>.log``,
     ``epochs/<k>.complete``, ``epochs/<k>.listing``, ``epochs/<k>.keep.json``,
-    ``shards/e<k>.w<i>.log``); None for any
-    other name."""
+    ``shards/e<k>.w<i>.log``); None for any other name."""
     base = unmeta(unpart(name))
     claim = parse_claim_name(base)
     inner = claimed_object(base) or (claim.shard if claim else base)

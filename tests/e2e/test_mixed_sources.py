@@ -43,7 +43,7 @@ from prefetchd.layout import Layout
 from prefetchd.progress import job_tag
 from prefetchd.supervise.status import read_status
 from testkit.trainers import finish_trainer, start_trainer
-from tests.conftest import DELETE, _delete_bucket, wait_for
+from tests.conftest import _delete_bucket, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -482,68 +482,26 @@ def test_a_trainer_killed_mid_epoch_resumes_from_its_position_exactly_once(
         assert got == plan(up, config, e), f"epoch {e}: records lost or trained twice"
 
 
-def test_the_replayable_order_with_three_sources_is_the_same_on_every_run(
-    tmp_path: Path,
-    s3_client: Any,
-    bucket: str,
-    write_config: Callable[..., Path],
-    run_daemon: Callable[..., Any],
+def test_the_replayable_order_with_several_sources_is_refused_in_one_line(
+    tmp_path: Path, s3_client: Any, bucket: str, write_config: Callable[..., Path]
 ) -> None:
-    """``epochs.order: replayable``: two runs with the same seed, one of them downloading one
-    object at a time, yield the same records in the same order; each epoch its plan."""
-    up = upload(s3_client, bucket)
-    runs = []
-    for name, concurrency in (("r1", 8), ("r2", 1)):
-        config = mixed_config(
-            tmp_path,
-            name,
-            write_config,
-            bucket,
-            epochs={"order": "replayable"},
-            output__writers=DELETE,
-            download__concurrency=concurrency,
+    """Not offered yet: two runs agreed, but after a SIGKILL mid-epoch the restarted writer's
+    order left the uninterrupted run's at the crash (2 of 5 runs, 2026-12-05); exactly once
+    held. A replayable order that holds only without crashes would mislead."""
+    upload(s3_client, bucket)
+    path = mixed_config(tmp_path, "r", write_config, bucket, epochs={"order": "replayable"})
+    for command in ("run", "check"):
+        done = subprocess.run(
+            [sys.executable, "-m", "prefetchd", command, "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
-        daemon = run_daemon(config)
-        runs.append(read_epochs(config))
-        assert daemon.wait(120) == 0, daemon.output()
-        for e, tokens in enumerate(runs[-1]):
-            assert Counter(tokens) == plan(up, config, e), f"{name} epoch {e}"
-    assert runs[0] == runs[1], "the same seed gave another order"
-    assert runs[0][0] != runs[0][1]
-
-
-def test_the_replayable_order_with_three_sources_survives_a_sigkill(
-    tmp_path: Path,
-    s3_client: Any,
-    bucket: str,
-    write_config: Callable[..., Path],
-    run_daemon: Callable[..., Any],
-) -> None:
-    """A daemon SIGKILLed mid-epoch (writer waiting for room, nothing read) and restarted
-    yields the sequence of a run that was never interrupted."""
-    up = upload(s3_client, bucket)
-    small: dict[str, Any] = {
-        "output__writers": DELETE,
-        "output__shard_size": "64KiB",
-        "output__ram_budget": "1MiB",
-    }
-    replayable = {"order": "replayable"}
-    whole = mixed_config(tmp_path, "u", write_config, bucket, epochs=replayable, **small)
-    daemon = run_daemon(whole)
-    uninterrupted = read_epochs(whole)
-    assert daemon.wait(120) == 0, daemon.output()
-    config = mixed_config(tmp_path, "k", write_config, bucket, epochs=replayable, **small)
-    ready = Layout.of(load_config(config)).ram_ready
-    daemon = run_daemon(config)
-    wait_for(lambda: ready.is_dir() and len(os.listdir(ready)) >= 10, 60, "shards before the kill")
-    daemon.kill_group(signal.SIGKILL)
-    daemon.wait(30)
-    restarted = run_daemon(config)
-    got = read_epochs(config)
-    assert restarted.wait(120) == 0, restarted.output()
-    for e, tokens in enumerate(got):
-        assert Counter(tokens) == plan(up, config, e), f"epoch {e}"
-    assert got == uninterrupted, "the restart changed the order"
+        assert done.returncode == 2, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "epochs.order: replayable is not available with several sources" in lines[0]
 
 
 def test_a_source_whose_bucket_is_missing_is_named_by_run_and_check(
