@@ -270,13 +270,7 @@ def test_check_checks_every_source(
 ) -> None:
     upload(s3_client, bucket)
     config = mixed_config(tmp_path, "c", write_config, bucket)
-    done = subprocess.run(
-        [sys.executable, "-m", "prefetchd", "check", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = prefetchd_cli("check", config)
     out = done.stdout + done.stderr
     for i, (name, fmt) in enumerate([("web", "tfrecord"), ("code", "raw"), ("books", "tar")]):
         assert f"sources[{i}].format {fmt} is available" in out, out
@@ -482,6 +476,17 @@ def test_a_trainer_killed_mid_epoch_resumes_from_its_position_exactly_once(
         assert got == plan(up, config, e), f"epoch {e}: records lost or trained twice"
 
 
+def prefetchd_cli(command: str, config: Path) -> subprocess.CompletedProcess[str]:
+    """``prefetchd <command> --config <config>`` run to its end (bounded: 120 s)."""
+    return subprocess.run(
+        [sys.executable, "-m", "prefetchd", command, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_the_replayable_order_with_several_sources_is_refused_in_one_line(
     tmp_path: Path, s3_client: Any, bucket: str, write_config: Callable[..., Path]
 ) -> None:
@@ -491,13 +496,7 @@ def test_the_replayable_order_with_several_sources_is_refused_in_one_line(
     upload(s3_client, bucket)
     path = mixed_config(tmp_path, "r", write_config, bucket, epochs={"order": "replayable"})
     for command in ("run", "check"):
-        done = subprocess.run(
-            [sys.executable, "-m", "prefetchd", command, "--config", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = prefetchd_cli(command, path)
         assert done.returncode == 2, done.stderr
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
@@ -513,13 +512,7 @@ def test_a_source_whose_bucket_is_missing_is_named_by_run_and_check(
     config["sources"][2]["url"] = f"s3://{bucket}-ghost/mix/books/"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     for command in ("run", "check"):
-        done = subprocess.run(
-            [sys.executable, "-m", "prefetchd", command, "--config", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = prefetchd_cli(command, path)
         assert done.returncode == 1, done.stderr
         out = done.stdout + done.stderr
         assert f"bucket '{bucket}-ghost' does not exist (s3://{bucket}-ghost/mix/books/)" in out
