@@ -31,8 +31,8 @@ from typing import Any
 
 from prefetchd.config import Config
 from prefetchd.errors import PositionError
+from prefetchd.exactly_once.trained_objects import TrainedObjects, job_tag
 from prefetchd.layout import parse_shard_name
-from prefetchd.progress import ObjectProgress, job_tag
 
 POSITION_VERSION = 2
 _READABLE = (1, 2)
@@ -76,8 +76,8 @@ class Position:
     claimant: str | None = None
     job: Mapping[str, Any] | None = None
     holder: str | None = None  # the claimant its ended streams' shards were handed to
-    # which of the host's objects of ``epoch`` were trained (``progress.ObjectProgress``), for
-    # a resume on another number of hosts; None: not kept by the trainer that saved it
+    # which of the host's objects of ``epoch`` were trained (``TrainedObjects``), for a resume
+    # on another number of hosts; None: not kept by the trainer that saved it
     objects: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def parse_position(raw: Mapping[str, Any], config: Config | None = None) -> Posi
     objects = raw.get("objects")
     if objects is not None:
         try:
-            ObjectProgress.from_json(objects)
+            TrainedObjects.from_json(objects)
         except ValueError as exc:
             raise PositionError(f"position: {exc}") from None
     return Position(epoch, frozenset(consumed), records, claimant, job, holder, objects)

@@ -25,6 +25,7 @@ from prefetchd.consume.health import DaemonHealth, wait_for_dirs
 from prefetchd.consume.job_guard import JobGuard
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.consume.stream_position import Position, StreamPosition, parse_position
+from prefetchd.exactly_once.trained_objects import job_tag
 from prefetchd.fence import read_fence
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
@@ -33,7 +34,6 @@ from prefetchd.layout import (
     epoch_prefix,
     parse_claim_name,
 )
-from prefetchd.progress import job_tag
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from prefetchd.consume.position_format import (
 )
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.errors import PositionError
+from prefetchd.exactly_once.trained_objects import ListingId, TrainedObjects, job_tag
 from prefetchd.fence import read_fence
 from prefetchd.layout import (
     Layout,
@@ -37,7 +38,6 @@ from prefetchd.layout import (
     parse_shard_name,
 )
 from prefetchd.messages.shard_mix import ShardMix
-from prefetchd.progress import ListingId, ObjectProgress, job_tag
 
 __all__ = [
     "POSITION_VERSION",
@@ -78,20 +78,21 @@ class StreamPosition:
         self.reclaimed: list[str] = []  # shards in progress taken back: yielded first
         self.releaser: ShardReleaser | None = None  # the process's, once the stream has one
         # which objects of the epoch the covered shards held (positions, for a resume on
-        # another number of hosts; progress.py): carried over from the saved position
-        self.progress: ObjectProgress | None = None
-        self._folded: set[str] = set()  # claims ``snapshot`` added to ``progress`` already
+        # another number of hosts; ``trained_objects.py``): carried over from the saved
+        # position
+        self.trained: TrainedObjects | None = None
+        self._folded: set[str] = set()  # claims ``snapshot`` added to ``trained`` already
         # each epoch's ``epochs/<k>.listing``, read once per epoch (not per claim)
         self._listings: dict[int, ListingId | None] = {}
         self.handed = 0  # claims handed out, kept or not
         if saved is not None:
             objects = saved.objects
-            self.progress = (
-                ObjectProgress.from_json(objects)
+            self.trained = (
+                TrainedObjects.from_json(objects)
                 if objects is not None
-                else ObjectProgress(saved.epoch)
+                else TrainedObjects(saved.epoch)
                 if not saved.consumed and not saved.records
-                else ObjectProgress(saved.epoch, unknown="resumed from a position without them")
+                else TrainedObjects(saved.epoch, unknown="resumed from a position without them")
             )
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
@@ -167,59 +168,59 @@ class StreamPosition:
         claimant = self.releaser.claimant if self.releaser is not None else None
         # Records of a shard the saved position was in and that has not come back yet stay.
         records = {**{n: k for n, k in self.resume_records.items() if k}, **records}
-        progress = self._objects(epoch, records) if objects else None
+        trained = self._objects(epoch, records) if objects else None
         return Position(
-            epoch, frozenset(consumed), records, claimant, self.job, objects=progress
+            epoch, frozenset(consumed), records, claimant, self.job, objects=trained
         ).to_json()
 
     def _objects(self, epoch: int, records: Mapping[str, int]) -> dict[str, Any] | None:
         """The ``objects`` of a position of ``epoch``: what the covered shards held, and the
         first ``records[shard]`` records of each shard in progress."""
-        if self.progress is None:
+        if self.trained is None:
             return None
         reading = {p.epoch for p in map(parse_shard_name, records) if p is not None}
-        if self.progress.epoch == epoch:
-            view = self.progress.copy()
-        elif self.progress.epoch < epoch and epoch in reading:
-            view = ObjectProgress(epoch)  # no shard of ``epoch`` covered yet
-        elif self.progress.epoch < epoch:
+        if self.trained.epoch == epoch:
+            view = self.trained.copy()
+        elif self.trained.epoch < epoch and epoch in reading:
+            view = TrainedObjects(epoch)  # no shard of ``epoch`` covered yet
+        elif self.trained.epoch < epoch:
             # past the end of the last epoch it read (a DataLoader worker's ended pass): what it
             # trained of that one, which a resume on other hosts adds to its host's
-            return self.progress.to_json()
+            return self.trained.to_json()
         else:
-            view = ObjectProgress(epoch, unknown="a shard of an earlier epoch is kept")
+            view = TrainedObjects(epoch, unknown="a shard of an earlier epoch is kept")
         for shard, trained in sorted(records.items()):
             self._fold(shard, trained, view)
         return view.to_json()
 
-    def _fold(self, shard: str, records: int | None, into: ObjectProgress | None = None) -> None:
-        """Add what shard ``shard`` holds (its first ``records``; all if None) to the progress
-        (``into``, or the stream's, which moves on to a later epoch's shard)."""
+    def _fold(self, shard: str, records: int | None, into: TrainedObjects | None = None) -> None:
+        """Add what shard ``shard`` holds (its first ``records``; all if None) to the objects
+        trained         (``into``, or the stream's, which moves on to a later epoch's shard)."""
         parsed = parse_shard_name(shard)
-        progress = into if into is not None else self.progress
-        if progress is None or parsed is None or parsed.epoch < progress.epoch:
+        trained = into if into is not None else self.trained
+        if trained is None or parsed is None or parsed.epoch < trained.epoch:
             return
-        if parsed.epoch > progress.epoch:
+        if parsed.epoch > trained.epoch:
             if into is not None:
                 return
-            progress = self.progress = ObjectProgress(parsed.epoch)
-        if progress.unknown is not None:
+            trained = self.trained = TrainedObjects(parsed.epoch)
+        if trained.unknown is not None:
             return
-        if progress.listing is None:
-            progress.listing = self._listing(progress.epoch)
+        if trained.listing is None:
+            trained.listing = self._listing(trained.epoch)
         try:
             mix = ShardMix.decode(self._layout.shard_mix(shard).read_bytes())
         except (OSError, ValueError) as exc:
-            progress.unknown = f"shard {shard}'s mix is not readable ({exc})"
+            trained.unknown = f"shard {shard}'s mix is not readable ({exc})"
             return
         counts = None if records is None else mix.trained(records)
         for part in mix.objects:
             name = parse_object_name(part.name)
-            trained = part.count if counts is None else counts.get(part.name, 0)
-            if name is None or (trained == 0 and not (part.last and counts is None)):
+            taken = part.count if counts is None else counts.get(part.name, 0)
+            if name is None or (taken == 0 and not (part.last and counts is None)):
                 continue
-            end = part.start + part.count if part.last and trained == part.count else None
-            progress.add(name[1], part.start, trained, end)
+            end = part.start + part.count if part.last and taken == part.count else None
+            trained.add(name[1], part.start, taken, end)
 
     def _listing(self, epoch: int) -> ListingId | None:
         """The listing the daemon laid epoch ``epoch`` out over; None if it wrote none (an
@@ -267,7 +268,7 @@ class StreamPosition:
         # what was handed out before is not kept, nor known: unless nothing was
         late = "the stream became resumable after it had handed out shards"
         unknown = late if self.handed else None
-        self.progress = ObjectProgress(self.epoch, unknown=unknown)
+        self.trained = TrainedObjects(self.epoch, unknown=unknown)
         if reading is not None:
             with self._lock:
                 self._since.append(reading)

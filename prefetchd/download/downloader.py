@@ -44,11 +44,11 @@ from prefetchd.download.transfer import Transfer, make_transfer
 from prefetchd.errors import RuntimeFailure
 from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.exactly_once.markers import first_epoch_without
+from prefetchd.exactly_once.trained_objects import HostPositions, read_host_positions
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import new_downloader_counters
 from prefetchd.oversize import Oversized
-from prefetchd.progress import HostPositions, read_host_positions
 
 log = logging.getLogger(__name__)
 

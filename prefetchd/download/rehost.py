@@ -1,8 +1,8 @@
 """The interrupted epoch of a job resumed with another number of hosts: ``split_remainder``.
 
 With ``sharding.resume_from``, the old job's hosts (``num_workers`` N) saved positions saying
-which of their objects of epoch E their trainers finished (``progress.py``, by ordinal in each
-old host's epoch order). Every new host (M of them) lists the whole source, works out for every
+which of their objects of epoch E their trainers finished (``trained_objects.py``, by ordinal in
+each old host's epoch order). Every new host (M of them) lists the whole source, works out for every
 key its old host and its ordinal there, and keeps as its first epoch the keys that are its own
 under M (``order.host_of(key, M)``) and that their old host had not finished, with the records
 already trained of the ones begun (``skips``, which the writer leaves out). The M hosts do this
@@ -12,8 +12,8 @@ epochs are each host's share under M, as for any job.
 The ordinals are places in each old host's order over the listing, so the listing must be the
 one the old hosts had: ``split_remainder`` recomputes each old host's share's ``ListingId``
 from the new listing and refuses one that differs from the one its positions name
-(``progress.check_listings``, exit 2). The supervisor does the same before it touches anything
-(``check_source``), listing the source once more for it.
+(``trained_objects.check_listings``, exit 2). The supervisor does the same before it touches
+anything (``check_source``), listing the source once more for it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ from prefetchd.download.order import epoch_permutation, host_of
 from prefetchd.download.share import ListingDigest, ShareTable
 from prefetchd.download.store import boot_failure, list_share, make_client
 from prefetchd.errors import RuntimeFailure
-from prefetchd.progress import ALL_TRAINED, HostPositions, Ranges, check_listings
+from prefetchd.exactly_once.trained_objects import (
+    ALL_TRAINED,
+    HostPositions,
+    Ranges,
+    check_listings,
+)
 
 
 @dataclass
@@ -82,7 +87,7 @@ def split_remainder(
         if h in hosts.finished:
             trained += 1
             continue
-        ranges = hosts.progress[h].trained(ordinals[h][rank[row]])
+        ranges = hosts.trained[h].trained(ordinals[h][rank[row]])
         if ranges is ALL_TRAINED:
             trained += 1
             continue

@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 
 from prefetchd.download.order import SourceObject
-from prefetchd.progress import ListingId
+from prefetchd.exactly_once.trained_objects import ListingId
 
 _ENCODING = "utf-8"
 _ERRORS = "surrogatepass"  # keys round-trip exactly; UTF-8 byte order is code point order
@@ -29,7 +29,8 @@ SORT_RUN = 65536
 class ListingDigest:
     """The ``ListingId`` of a share fed object by object in key order: their count and the
     first 16 hex digits of a sha256 over each key, size and ETag (what makes the epoch orders
-    and the objects' records; ``progress.py``). ``ShareTable.identity`` feeds the same bytes."""
+    and the objects' records; ``trained_objects.py``). ``ShareTable.identity`` feeds the same
+    bytes."""
 
     def __init__(self) -> None:
         self.n = 0

@@ -2,7 +2,7 @@
 
 A writer writes it (``write/composition.py``) before it commits the shard; a trainer reads it
 when a position it saves covers the shard (``consume/stream_position.py``), to keep which of
-the source's objects and records it trained (``prefetchd/progress.py``); the supervisor deletes
+the source's objects and records it trained (``trained_objects.py``); the supervisor deletes
 it once the shard is delivered (a trainer frees a shard only after a position covered it)::
 
     {"version": 1,

@@ -30,6 +30,7 @@ from prefetchd.errors import EXIT_FAILURE, EXIT_INCOMPLETE, EXIT_OK
 from prefetchd.exactly_once.ledger import forget_epoch, record_delivered
 from prefetchd.exactly_once.markers import first_epoch_without, mark_complete, mark_downloaded
 from prefetchd.exactly_once.recovery import CACHE, RAM, recover, write_disks
+from prefetchd.exactly_once.trained_objects import HostPositions, read_host_positions
 from prefetchd.fence import remove_fence, write_fence
 from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claimed_object, epoch_prefix, is_own_file, parse_claim_name
@@ -39,7 +40,6 @@ from prefetchd.messages.counters import Counts
 from prefetchd.messages.epoch_keep import hit_ratio
 from prefetchd.messages.status_record import ChildStatus, DaemonState, EpochStatus, StatusRecord
 from prefetchd.owner import Ownership, claim_dirs
-from prefetchd.progress import HostPositions, read_host_positions
 from prefetchd.roles.shell import child_main
 from prefetchd.roles.table import ROLES
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle

@@ -70,7 +70,7 @@ EMPTY = Frames.of(b"", b"")
 def without(batches: Iterable[Frames], skip: Sequence[Sequence[int]]) -> Iterator[Frames]:
     """``batches`` less the records whose index (counted over all batches) lies in one of the
     sorted ranges ``skip``: an object resumed on another host, those records already trained
-    (``progress.py``). Work per kept run of records, not per record."""
+    (``exactly_once/trained_objects.py``). Work per kept run of records, not per record."""
     first = 0  # index of the batch's first record
     for frames in batches:
         count = len(frames)

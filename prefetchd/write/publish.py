@@ -143,7 +143,7 @@ class Publisher:
         )
         if shard is not None:
             shard.finish()
-            # which objects it holds, for positions that outlive this host (progress.py); a
+            # which objects it holds, for positions that outlive this host (trained_objects.py); a
             # redone shard's replaces the one of the shard cut short
             mix = self.composition.mix(self.mixer.open, self.mixer.finished)
             write_atomic(self.layout.shard_mix(shard.name), mix.encode())

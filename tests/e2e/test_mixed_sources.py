@@ -36,11 +36,11 @@ import prefetchd
 from prefetchd.config import load_config
 from prefetchd.download.mixture import Streams, epoch_mix
 from prefetchd.download.order import in_share
+from prefetchd.exactly_once.trained_objects import job_tag
 from prefetchd.kernel.example_decode import parse
 from prefetchd.kernel.example_encode import encode_example
 from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
-from prefetchd.progress import job_tag
 from prefetchd.supervise.status import read_status
 from testkit.trainers import finish_trainer, start_trainer
 from tests.conftest import _delete_bucket, wait_for

@@ -23,8 +23,8 @@ import pytest
 
 from prefetchd.config import load_config
 from prefetchd.download.order import host_of
+from prefetchd.exactly_once.trained_objects import job_tag
 from prefetchd.layout import Layout
-from prefetchd.progress import job_tag
 from testkit.trainers import finish_trainer, start_trainer
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,7 @@ import pytest
 from prefetchd.config import config_from_dict
 from prefetchd.consume.position_format import check_job
 from prefetchd.errors import PositionError
-from prefetchd.progress import job_tag
+from prefetchd.exactly_once.trained_objects import job_tag
 
 
 def mixed(weight: float = 0.3, **epochs: Any) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from prefetchd.consume.stream_position import StreamPosition, parse_position
+from prefetchd.exactly_once.trained_objects import ListingId
 from prefetchd.layout import Layout, claim_name, object_name, shard_name
 from prefetchd.messages.shard_mix import ShardMix, ShardPart
-from prefetchd.progress import ListingId
 
 
 def _shard(layout: Layout, epoch: int, counter: int, seq: int) -> str:

@@ -1,4 +1,4 @@
-"""What a position keeps for a resume on another number of hosts (``prefetchd/progress.py``),
+"""What a position keeps for a resume on another number of hosts (``trained_objects.py``),
 the shard mix it is read from (``messages/shard_mix.py``) and the remainder each new host
 works out (``download/rehost.py``)."""
 
@@ -16,22 +16,22 @@ from prefetchd.config import Config
 from prefetchd.download.order import SourceObject, epoch_order, host_of
 from prefetchd.download.rehost import split_remainder
 from prefetchd.download.share import ListingDigest, ShareTable
-from prefetchd.kernel import choice
-from prefetchd.messages.shard_mix import ShardMix, ShardPart
-from prefetchd.progress import (
+from prefetchd.exactly_once.trained_objects import (
     ALL_TRAINED,
     ListingId,
-    ObjectProgress,
     ResumeError,
+    TrainedObjects,
     add_range,
     check_listings,
     in_ranges,
     job_tag,
     read_host_positions,
 )
+from prefetchd.kernel import choice
+from prefetchd.messages.shard_mix import ShardMix, ShardPart
 from prefetchd.write.frames import Frames, without
 
-from .configs import unit_config
+from ..configs import unit_config
 
 
 def test_ranges_merge_and_answer_membership() -> None:
@@ -43,7 +43,7 @@ def test_ranges_merge_and_answer_membership() -> None:
 
 
 def test_an_object_is_done_once_every_record_up_to_its_last_was_trained() -> None:
-    progress = ObjectProgress(3)
+    progress = TrainedObjects(3)
     progress.add(7, 0, 10, None)
     progress.add(7, 20, 5, 25)  # its last part, trained before the middle one
     assert progress.trained(7) == [[0, 10], [20, 25]]
@@ -51,12 +51,12 @@ def test_an_object_is_done_once_every_record_up_to_its_last_was_trained() -> Non
     assert progress.trained(7) is ALL_TRAINED and progress.done == [[7, 8]]
     progress.add(8, 0, 0, 0)  # an object without records, drained
     assert progress.done == [[7, 9]] and not progress.partial
-    again = ObjectProgress.from_json(json.loads(json.dumps(progress.to_json())))
+    again = TrainedObjects.from_json(json.loads(json.dumps(progress.to_json())))
     assert again == progress
 
 
 def test_positions_of_two_trainer_processes_of_a_host_add_up() -> None:
-    one, two = ObjectProgress(0), ObjectProgress(0)
+    one, two = TrainedObjects(0), TrainedObjects(0)
     one.add(1, 0, 4, None)
     two.add(1, 4, 6, 10)
     two.add(2, 0, 3, 3)
@@ -69,7 +69,7 @@ def test_the_objects_of_a_1m_object_epoch_stay_small() -> None:
     but for the ~mix x writers open around the frontier (64 x 8 here), half of which are done
     and half begun; the position's objects stay a few KB."""
     rng = random.Random(1)
-    progress = ObjectProgress(0)
+    progress = TrainedObjects(0)
     frontier, window = 600_000, 512
     for ordinal in range(frontier - window):
         progress.add(ordinal, 0, 100, 100)
@@ -180,7 +180,7 @@ def test_the_new_hosts_split_exactly_what_the_old_ones_left(
     for h in range(old):
         old_share = [o for o in objects if host_of(o.key, old) == h]
         order = epoch_order(old_share, seed=0, epoch=0, shuffle=True)
-        progress = ObjectProgress(0)
+        progress = TrainedObjects(0)
         for ordinal, obj in enumerate(order):
             roll = rng.random()
             if roll < 0.4:
@@ -211,7 +211,7 @@ def test_a_dataloader_state_saved_as_json_gives_every_workers_position(tmp_path:
     positions.mkdir()
     plain = unit_config(tmp_path)
     job = {**job_tag(plain), "host": [0, 1]}
-    first, second = ObjectProgress(0), ObjectProgress(0)
+    first, second = TrainedObjects(0), TrainedObjects(0)
     first.add(0, 0, 5, 5)
     second.add(1, 0, 2, None)
     workers = {
@@ -235,7 +235,7 @@ def test_a_dataloader_state_saved_as_json_gives_every_workers_position(tmp_path:
     (positions / "host0.rank0.json").write_text(json.dumps(state))
     hosts = read_host_positions(_config(tmp_path, positions, 2))
     assert hosts.epoch == 0 and hosts.num_workers == 1
-    assert hosts.progress[0].done == [[0, 1]] and hosts.progress[0].partial == {1: [[0, 2]]}
+    assert hosts.trained[0].done == [[0, 1]] and hosts.trained[0].partial == {1: [[0, 2]]}
 
 
 def test_prefetchd_check_says_whether_the_positions_are_all_there(tmp_path: Path) -> None:
@@ -276,15 +276,15 @@ def test_a_shares_listing_identity_is_its_count_and_a_digest_of_keys_sizes_and_e
 
 
 def test_a_positions_objects_carry_their_listing_and_older_ones_have_none() -> None:
-    progress = ObjectProgress(2, listing=ListingId(60, "0123456789abcdef"))
+    progress = TrainedObjects(2, listing=ListingId(60, "0123456789abcdef"))
     progress.add(4, 0, 3, None)
     raw = json.loads(json.dumps(progress.to_json()))
     assert raw["listing"] == {"n": 60, "digest": "0123456789abcdef"}
-    assert ObjectProgress.from_json(raw) == progress
-    assert ObjectProgress.from_json({"epoch": 2, "done": [], "partial": {}}).listing is None
+    assert TrainedObjects.from_json(raw) == progress
+    assert TrainedObjects.from_json({"epoch": 2, "done": [], "partial": {}}).listing is None
     with pytest.raises(ValueError, match=r"objects\.listing"):
-        ObjectProgress.from_json({"epoch": 2, "done": [], "partial": {}, "listing": {"n": 3}})
-    other = ObjectProgress(2, listing=ListingId(61, "fedcba9876543210"))
+        TrainedObjects.from_json({"epoch": 2, "done": [], "partial": {}, "listing": {"n": 3}})
+    other = TrainedObjects(2, listing=ListingId(61, "fedcba9876543210"))
     progress.merge(other)
     assert progress.unknown, "positions of one host over two listings added up silently"
 
@@ -297,7 +297,7 @@ def _old_positions(tmp_path: Path, objects: list[SourceObject], old: int, **kept
     plain = unit_config(tmp_path)
     for h in range(old):
         share = ShareTable.of(o for o in objects if host_of(o.key, old) == h)
-        progress = ObjectProgress(0, listing=share.identity())
+        progress = TrainedObjects(0, listing=share.identity())
         progress.add(0, 0, 5, 5)
         progress.add(1, 0, 2, None)
         raw = progress.to_json()

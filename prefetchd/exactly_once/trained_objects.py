@@ -17,7 +17,7 @@ records, which ``write/shuffle.py`` makes the same on every read) and ``n``, its
 records once its last record was trained. Objects complete nearly in their order (a writer
 opens them in order, ``output.mix`` at a time), so ``done`` is a few ranges and ``partial``
 holds at most about ``output.mix`` x ``output.writers`` objects plus those of the shards read
-ahead: about 10-30 KB for any epoch, 1M objects included (``tests/unit/test_progress.py``).
+ahead: about 10-30 KB for any epoch, 1M objects included (``test_trained_objects.py``).
 ``listing`` (``ListingId``) names the listing those ordinals are places in: the host's share's
 object count and a digest of its keys, sizes and ETags in key order, which the downloader
 writes to ``state_dir/epochs/<k>.listing`` when it lays out epoch k and a trainer reads once
@@ -44,7 +44,7 @@ from prefetchd.errors import ConfigError
 from prefetchd.layout import parse_shard_name
 
 Ranges = list[list[int]]  # sorted, disjoint, half-open [a, b), never empty ones
-ALL_TRAINED: Ranges = [[0, -1]]  # ``ObjectProgress.trained``: every record of the object
+ALL_TRAINED: Ranges = [[0, -1]]  # ``TrainedObjects.trained``: every record of the object
 
 
 def add_range(ranges: Ranges, start: int, stop: int) -> None:
@@ -106,12 +106,12 @@ class ListingId:
 
 
 @dataclass
-class ObjectProgress:
+class TrainedObjects:
     """What a host's trainers finished of epoch ``epoch``: the ordinals of the objects done,
     the trained record ranges of the others begun (``partial``) and their record counts once
     known (``ends``), and the listing the ordinals are places in (``listing``; None: not
     known, as in positions saved before it was kept). ``unknown`` says why it could not be
-    kept (a shard's summary was not readable): such a progress must not be used."""
+    kept (a shard's summary was not readable): such a record must not be used."""
 
     epoch: int
     done: Ranges = field(default_factory=list)
@@ -135,7 +135,7 @@ class ObjectProgress:
             self.ends.pop(ordinal, None)
             add_range(self.done, ordinal, ordinal + 1)
 
-    def merge(self, other: ObjectProgress) -> None:
+    def merge(self, other: TrainedObjects) -> None:
         """Add what ``other`` (another trainer process of the same host) finished."""
         for a, b in other.done:
             for ordinal in list(self.partial):
@@ -160,8 +160,8 @@ class ObjectProgress:
         ranges = self.partial.get(ordinal)
         return [list(r) for r in ranges] if ranges else None
 
-    def copy(self) -> ObjectProgress:
-        return ObjectProgress(
+    def copy(self) -> TrainedObjects:
+        return TrainedObjects(
             self.epoch,
             [list(r) for r in self.done],
             {k: [list(r) for r in v] for k, v in self.partial.items()},
@@ -185,7 +185,7 @@ class ObjectProgress:
         return out
 
     @classmethod
-    def from_json(cls, raw: Any) -> ObjectProgress:
+    def from_json(cls, raw: Any) -> TrainedObjects:
         """Raises ``ValueError`` naming what is malformed."""
         if not isinstance(raw, Mapping) or not _count(raw.get("epoch")):
             raise ValueError("objects: expected {epoch, done, partial}")
@@ -282,13 +282,13 @@ class ResumeError(ConfigError):
 class HostPositions:
     """Where every host of the old job stood: its ``num_workers``, the epoch it was
     interrupted in (``epoch``) and, per old host, what its trainers finished of that epoch
-    (``progress``; ``finished``: hosts that had trained all of it), and the listing of each
+    (``trained``; ``finished``: hosts that had trained all of it), and the listing of each
     old host's share its positions name (``listings``; hosts whose positions predate it are
     not in it)."""
 
     num_workers: int
     epoch: int
-    progress: dict[int, ObjectProgress]
+    trained: dict[int, TrainedObjects]
     finished: set[int]
     listings: dict[int, ListingId] = field(default_factory=dict)
     where: str = "sharding.resume_from"
@@ -341,7 +341,7 @@ def read_host_positions(config: Config) -> HostPositions:
                 "host; without it that host's records would be trained twice or never"
             )
     epoch = min(_epoch(raw) for saved in by_host.values() for _, raw in saved)
-    progress: dict[int, ObjectProgress] = {}
+    trained: dict[int, TrainedObjects] = {}
     finished: set[int] = set()
     listings: dict[int, ListingId] = {}
     for index, saved in sorted(by_host.items()):
@@ -351,11 +351,11 @@ def read_host_positions(config: Config) -> HostPositions:
                 _check_ahead(path, raw, epoch, index)
             finished.add(index)
             continue
-        total = ObjectProgress(epoch)
+        total = TrainedObjects(epoch)
         for path, raw in saved:
-            total.merge(_progress(path, raw, epoch))
-        progress[index] = total
-    return HostPositions(count, epoch, progress, finished, listings, where)
+            total.merge(_trained(path, raw, epoch))
+        trained[index] = total
+    return HostPositions(count, epoch, trained, finished, listings, where)
 
 
 def _listing_of(
@@ -425,17 +425,17 @@ def _epoch(raw: Mapping[str, Any]) -> int:
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else 0
 
 
-def _objects(path: Path, raw: Mapping[str, Any]) -> ObjectProgress | None:
+def _objects(path: Path, raw: Mapping[str, Any]) -> TrainedObjects | None:
     objects = raw.get("objects")
     if objects is None:
         return None
     try:
-        progress = ObjectProgress.from_json(objects)
+        trained = TrainedObjects.from_json(objects)
     except ValueError as exc:
         raise ResumeError(f"{path}: {exc}") from None
-    if progress.unknown is not None:
-        raise ResumeError(f"{path}: its objects are unknown: {progress.unknown}")
-    return progress
+    if trained.unknown is not None:
+        raise ResumeError(f"{path}: its objects are unknown: {trained.unknown}")
+    return trained
 
 
 def _trained_in(raw: Mapping[str, Any], epoch: int) -> bool:
@@ -445,14 +445,14 @@ def _trained_in(raw: Mapping[str, Any], epoch: int) -> bool:
     return epoch in epochs
 
 
-def _progress(path: Path, raw: Mapping[str, Any], epoch: int) -> ObjectProgress:
+def _trained(path: Path, raw: Mapping[str, Any], epoch: int) -> TrainedObjects:
     """What the position at ``path`` finished of ``epoch`` (its own epoch, or the one it
     finished last: a DataLoader worker whose pass over ``epoch`` ended keeps its objects)."""
-    progress = _objects(path, raw)
-    if progress is not None and progress.epoch == epoch:
-        return progress
+    trained = _objects(path, raw)
+    if trained is not None and trained.epoch == epoch:
+        return trained
     if _epoch(raw) == epoch and not _trained_in(raw, epoch):
-        return ObjectProgress(epoch)  # nothing of this epoch trained yet
+        return TrainedObjects(epoch)  # nothing of this epoch trained yet
     raise ResumeError(
         f"{path}: this position trained records of epoch {epoch} but does not say which "
         "objects (saved by a trainer that does not keep them, or by an older release): it "
@@ -464,11 +464,11 @@ def _check_ahead(path: Path, raw: Mapping[str, Any], epoch: int, index: int) -> 
     """A host all of whose positions are past ``epoch`` finished it; it must not have trained
     anything of the next, which the new hosts could not know."""
     later = _epoch(raw)
-    progress = _objects(path, raw)
-    trained = _trained_in(raw, later) or (
-        progress is not None and progress.epoch == later and bool(progress.done or progress.partial)
+    objects = _objects(path, raw)
+    began = _trained_in(raw, later) or (
+        objects is not None and objects.epoch == later and bool(objects.done or objects.partial)
     )
-    if later > epoch + 1 or trained:
+    if later > epoch + 1 or began:
         raise ResumeError(
             f"{path}: host {index} is in epoch {later} and another host in epoch {epoch}: "
             "resume with another number of hosts from positions of one epoch (save them at an "
