@@ -18,7 +18,6 @@ it shows what ``output.mix`` itself gives.
 from __future__ import annotations
 
 import random
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,7 @@ from prefetchd.kernel.example_encode import encode_example
 from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
 from testkit import sample_data
-from tests.conftest import DEFAULT_PREFIX, DELETE
+from tests.conftest import DEFAULT_PREFIX, DELETE, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -62,10 +61,7 @@ def read_all(config: Path) -> list[tuple[int, int]]:
 
 def wait_until_downloaded(config: Path, timeout: float = 60) -> None:
     marker = Layout.of(load_config(config)).downloaded_marker(0)
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        assert time.monotonic() < deadline, f"epoch 0 not downloaded within {timeout:.0f} s"
-        time.sleep(0.05)
+    wait_for(marker.exists, timeout, "epoch 0 downloaded", interval=0.05)
 
 
 def objects_per_window(order: list[tuple[int, int]]) -> list[int]:

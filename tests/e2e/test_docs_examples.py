@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from testkit.trainers import ROOT
+from tests.conftest import wait_for
 
 from .test_tensorflow import SMALL, free_ports, tf_config
 
@@ -134,13 +134,14 @@ def test_the_multi_worker_resume_recipe_runs_as_written_after_every_worker_was_k
         ]
 
     first = start()
-    deadline = time.monotonic() + 120
-    while not all((checkpoints / f"worker{i}" / "ckpt-2.index").exists() for i in range(2)):
-        assert time.monotonic() < deadline, "the workers saved no second checkpoint in 120 s"
+
+    def second_checkpoint() -> bool:
         for proc in first:
             if proc.poll() is not None:
                 pytest.fail(f"a worker ended before the kill:\n{proc.communicate()[0][-3000:]}")
-        time.sleep(0.1)
+        return all((checkpoints / f"worker{i}" / "ckpt-2.index").exists() for i in range(2))
+
+    wait_for(second_checkpoint, 120, "the workers' second checkpoint")
     for proc in first:
         proc.kill()
         proc.communicate()
@@ -178,12 +179,13 @@ def test_the_plain_python_resume_recipe_runs_as_written_after_a_kill(
 
     first = start()
     checkpoint = work / "checkpoint.json"
-    deadline = time.monotonic() + 120
-    while not checkpoint.exists():
-        assert time.monotonic() < deadline, "the recipe saved no checkpoint in 120 s"
+
+    def checkpointed() -> bool:
         if first.poll() is not None:
             pytest.fail(f"the recipe ended before the kill:\n{first.communicate()[0][-3000:]}")
-        time.sleep(0.05)
+        return checkpoint.exists()
+
+    wait_for(checkpointed, 120, "the recipe's first checkpoint", interval=0.05)
     first.kill()
     first.communicate()
     saved = json.loads(checkpoint.read_text())

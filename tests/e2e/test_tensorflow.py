@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from testkit.trainers import ROOT, finish_trainer, log_tail, start_trainer
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -306,17 +306,18 @@ def journal(out: Path) -> list[dict[str, Any]]:
 def wait_for_position(directory: Path, *, save: int = 0, epoch: int = 0) -> None:
     """Until ``directory`` holds a saved position of save number ``save`` or later whose first
     epoch still to train is ``epoch`` or later (bounded: fails after 120 s)."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    def saved() -> bool:
         for path in directory.glob("prefetchd-position-*.json"):
             try:
-                saved = json.loads(path.read_text())
+                position = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue  # being written
-            if int(path.stem.rsplit("-", 1)[1]) >= save and saved["epoch"] >= epoch:
-                return
-        time.sleep(0.1)
-    pytest.fail(f"no position of save {save}+ and epoch {epoch}+ in {directory}")
+            if int(path.stem.rsplit("-", 1)[1]) >= save and position["epoch"] >= epoch:
+                return True
+        return False
+
+    wait_for(saved, 120, f"a position of save {save}+ and epoch {epoch}+ in {directory}")
 
 
 def test_multi_worker_mirrored_workers_all_killed_resume_from_the_save_all_finished_once(
