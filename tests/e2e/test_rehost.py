@@ -36,6 +36,28 @@ KIB = 1024
 SIZES = [(10 + (i * 7) % 31) * KIB for i in range(36)]
 
 
+def _host_config(
+    write_config: Callable[..., Path],
+    home: Path,
+    *,
+    hosts: int,
+    index: int,
+    epochs: int,
+    resume_from: Path | None = None,
+) -> Path:
+    """Host ``index`` of a job of ``hosts`` hosts and ``epochs`` epochs, small shards (so a
+    position falls inside the epoch); resumed from the old hosts' ``resume_from`` if given."""
+    resume = {} if resume_from is None else {"sharding__resume_from": str(resume_from)}
+    return write_config(
+        home,
+        epochs__count=epochs,
+        sharding__num_workers=hosts,
+        sharding__worker_index=index,
+        output__shard_size="64KiB",
+        **resume,
+    )
+
+
 def _old_run(
     tmp_path: Path,
     hosts: int,
@@ -51,13 +73,7 @@ def _old_run(
     trained: list[list[int]] = []
     for index in range(hosts):
         home = tmp_path / f"old{index}"
-        config = write_config(
-            home,
-            epochs__count=epoch + 2,
-            sharding__num_workers=hosts,
-            sharding__worker_index=index,
-            output__shard_size="64KiB",
-        )
+        config = _host_config(write_config, home, hosts=hosts, index=index, epochs=epoch + 2)
         daemon = run_daemon(config)
         ckpt = home / "ckpt.json"
         crash = records // (2 * hosts) + 3 * index
@@ -92,13 +108,8 @@ def test_job_resumed_on_another_number_of_hosts_trains_each_record_once(
     daemons, trainers, outs = [], [], []
     for index in range(new):
         home = tmp_path / f"new{index}"
-        config = write_config(
-            home,
-            epochs__count=epoch + 2,
-            sharding__num_workers=new,
-            sharding__worker_index=index,
-            sharding__resume_from=str(positions),
-            output__shard_size="64KiB",
+        config = _host_config(
+            write_config, home, hosts=new, index=index, epochs=epoch + 2, resume_from=positions
         )
         daemons.append(run_daemon(config))
         out = home / "out.json"
@@ -183,14 +194,7 @@ def test_a_source_changed_since_the_old_job_stops_the_new_daemon_with_one_line(
     then = sum(host_of(k, 2) == host for k in keys)
     now = then + 1 if change == "added" else then - 1
     home = tmp_path / "new0"
-    config = write_config(
-        home,
-        epochs__count=2,
-        sharding__num_workers=3,
-        sharding__worker_index=0,
-        sharding__resume_from=str(positions),
-        output__shard_size="64KiB",
-    )
+    config = _host_config(write_config, home, hosts=3, index=0, epochs=2, resume_from=positions)
     proc = subprocess.run(
         [sys.executable, "-m", "prefetchd", "run", "--config", str(config)],
         capture_output=True,
@@ -228,13 +232,9 @@ def test_a_new_host_killed_inside_the_resumed_epoch_resumes_it_exactly_once(
     positions, before = _old_run(tmp_path, 2, write_config, run_daemon, dataset["records"], 0)
     configs, daemons = [], []
     for index in range(3):
-        config = write_config(
-            tmp_path / f"new{index}",
-            epochs__count=2,
-            sharding__num_workers=3,
-            sharding__worker_index=index,
-            sharding__resume_from=str(positions),
-            output__shard_size="64KiB",
+        home = tmp_path / f"new{index}"
+        config = _host_config(
+            write_config, home, hosts=3, index=index, epochs=2, resume_from=positions
         )
         configs.append(config)
         daemons.append(run_daemon(config))
@@ -276,13 +276,7 @@ def test_a_torch_job_with_dataloader_workers_resumes_on_another_number_of_hosts(
     before: list[int] = []
     for index in range(2):
         home = tmp_path / f"old{index}"
-        config = write_config(
-            home,
-            epochs__count=1,
-            sharding__num_workers=2,
-            sharding__worker_index=index,
-            output__shard_size="64KiB",
-        )
+        config = _host_config(write_config, home, hosts=2, index=index, epochs=1)
         daemon = run_daemon(config)
         ckpt = home / "ckpt.pt"
         args = (str(ckpt), "--workers", "2", "--crash-after", str(9 + index))
@@ -298,13 +292,8 @@ def test_a_torch_job_with_dataloader_workers_resumes_on_another_number_of_hosts(
     trainers, outs, daemons = [], [], []
     for index in range(3):
         home = tmp_path / f"new{index}"
-        config = write_config(
-            home,
-            epochs__count=1,
-            sharding__num_workers=3,
-            sharding__worker_index=index,
-            sharding__resume_from=str(positions),
-            output__shard_size="64KiB",
+        config = _host_config(
+            write_config, home, hosts=3, index=index, epochs=1, resume_from=positions
         )
         daemons.append(run_daemon(config))
         outs.append(home / "out.json")
@@ -338,13 +327,7 @@ def test_a_keras_job_resumes_on_another_number_of_hosts(
     before: list[int] = []
     for index in range(2):
         home = tmp_path / f"old{index}"
-        config = write_config(
-            home,
-            epochs__count=2,
-            sharding__num_workers=2,
-            sharding__worker_index=index,
-            output__shard_size="64KiB",
-        )
+        config = _host_config(write_config, home, hosts=2, index=index, epochs=2)
         daemon = run_daemon(config)
         out, checkpoints = home / "fit.jsonl", home / "ckpt"
         args = (str(checkpoints), "--epochs", "2", "--save-freq", "3", "--die-at", "0:7")
@@ -359,13 +342,8 @@ def test_a_keras_job_resumes_on_another_number_of_hosts(
     trainers, outs, daemons = [], [], []
     for index in range(3):
         home = tmp_path / f"new{index}"
-        config = write_config(
-            home,
-            epochs__count=2,
-            sharding__num_workers=3,
-            sharding__worker_index=index,
-            sharding__resume_from=str(positions),
-            output__shard_size="64KiB",
+        config = _host_config(
+            write_config, home, hosts=3, index=index, epochs=2, resume_from=positions
         )
         daemons.append(run_daemon(config))
         outs.append(home / "fit.jsonl")
