@@ -402,15 +402,6 @@ def _fit_writers_to_order(config: Config, *, explicit: bool) -> Config:
     another number there is refused."""
     if config.epochs.order != REPLAYABLE:
         return config
-    if config.mixed:
-        # Two runs agree, but after a SIGKILL the restarted writer's order diverged from the
-        # uninterrupted run's at the crash in 2 of 5 runs (tests/e2e/test_mixed_sources.py):
-        # a promise kept only without crashes is not offered.
-        raise ConfigError(
-            "epochs.order: replayable is not available with several sources yet (after a "
-            "crash the order may differ from an uninterrupted run's): use order: fast, or one "
-            "source"
-        )
     if config.output.writers == 1:
         return config
     if explicit:

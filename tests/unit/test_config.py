@@ -962,9 +962,9 @@ def test_a_bad_sources_list_is_one_line_naming_the_key(data: dict[str, Any], mes
     assert info.value.exit_code == EXIT_USAGE
 
 
-def test_the_replayable_order_with_several_sources_is_refused_for_now() -> None:
-    with pytest.raises(ConfigError, match="replayable is not available with several sources"):
-        config_from_dict(_mixed(epochs={"order": "replayable"}))
+def test_the_replayable_order_takes_several_sources_with_one_writer() -> None:
+    config = config_from_dict(_mixed(epochs={"order": "replayable"}))
+    assert config.mixed and config.output.writers == 1
 
 
 def test_sources_may_name_several_buckets_of_one_store() -> None:
