@@ -356,8 +356,7 @@ def _sources(raw: object, base_dir: Path | None) -> tuple[SourceConfig, ...]:
 
 def _check_sources(config: Config) -> None:
     """What a job of several sources needs: one store (the downloader's one client; buckets
-    may differ), and neither ``download.keep`` nor ``sharding.resume_from`` yet
-    (docs/sources.md)."""
+    may differ), and no ``sharding.resume_from`` yet (docs/sources.md)."""
     epochs = config.epochs
     if not config.mixed:
         if epochs.weights_by_epoch:
@@ -372,10 +371,6 @@ def _check_sources(config: Config) -> None:
                     f"now (the same endpoint_url, region, profile and addressing_style); {key} "
                     "differs"
                 )
-    if config.download.keep:
-        raise ConfigError(
-            "download.keep is not allowed with several sources yet: set download.keep: 0"
-        )
     if config.sharding.resume_from is not None:
         raise ConfigError(
             "sharding.resume_from is not allowed with several sources yet (a resume on another"

@@ -170,6 +170,14 @@ def mixed_config(
 
 def plan(up: Uploaded, config_path: Path, epoch: int) -> Counter[bytes]:
     """The records ``epoch`` must deliver on this host, from the pure plan over the upload."""
+    want: Counter[bytes] = Counter()
+    for (name, key), reads in planned_reads(up, config_path, epoch).items():
+        want.update(up.records[name][key] * reads)
+    return want
+
+
+def planned_reads(up: Uploaded, config_path: Path, epoch: int) -> Counter[tuple[str, str]]:
+    """How many times ``epoch`` reads each object on this host, by (source name, key)."""
     config = load_config(config_path)
     shares = []
     for src in config.sources:
@@ -191,11 +199,10 @@ def plan(up: Uploaded, config_path: Path, epoch: int) -> Counter[bytes]:
         seed=config.epochs.seed,
     )
     mix = epoch_mix(streams, epoch)
-    want: Counter[bytes] = Counter()
-    for source, _, row in zip(mix.sources, mix.periods, mix.rows, strict=True):
-        name = config.sources[source].name
-        want.update(up.records[name][shares[source][row]])
-    return want
+    reads: Counter[tuple[str, str]] = Counter()
+    for source, row in zip(mix.sources, mix.rows, strict=True):
+        reads[(config.sources[source].name, shares[source][row])] += 1
+    return reads
 
 
 def read_epochs(config: Path) -> list[list[bytes]]:

@@ -932,7 +932,6 @@ def test_sources_are_a_list_with_weights_and_names_defaulting_to_their_index() -
             },
             r"sources\[1\]\.region: every source must be in the store of sources\[0\]",
         ),
-        (_mixed(download={"keep": "1GiB"}), "download.keep is not allowed with several sources"),
         (
             _mixed(sharding={"resume_from": "/tmp/old-positions"}),
             "sharding.resume_from is not allowed with several sources",
@@ -960,6 +959,11 @@ def test_a_bad_sources_list_is_one_line_naming_the_key(data: dict[str, Any], mes
         config_from_dict(data)
     assert "\n" not in str(info.value)
     assert info.value.exit_code == EXIT_USAGE
+
+
+def test_download_keep_takes_several_sources() -> None:
+    config = config_from_dict(_mixed(download={"keep": "1GiB"}))
+    assert config.mixed and config.download.keep == 1024**3
 
 
 def test_the_replayable_order_takes_several_sources_with_one_writer() -> None:
