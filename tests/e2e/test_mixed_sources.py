@@ -523,22 +523,29 @@ def test_the_replayable_order_with_three_sources_is_the_same_on_every_run(
     write_config: Callable[..., Path],
     run_daemon: Callable[..., Any],
 ) -> None:
-    """``epochs.order: replayable``: two runs with the same seed, one of them downloading one
-    object at a time (so objects arrive in another order and at another pace), yield the same
-    records in the same order; each epoch its plan, exactly once."""
+    """``epochs.order: replayable`` on each of two hosts: two runs of a host, one of them
+    downloading one object at a time (so objects arrive in another order and at another pace),
+    yield the same records in the same order; each epoch its plan, exactly once."""
     up = upload(s3_client, bucket)
-    runs = []
-    for name, concurrency in (("r1", 8), ("r2", 1)):
-        config = replayable_config(
-            tmp_path, name, write_config, bucket, download__concurrency=concurrency
-        )
-        daemon = run_daemon(config)
-        runs.append(read_epochs(config))
-        assert daemon.wait(120) == 0, daemon.output()
-        for e, tokens in enumerate(runs[-1]):
-            assert Counter(tokens) == plan(up, config, e), f"{name} epoch {e}"
-    assert runs[0] == runs[1], "the same seed gave another order"
-    assert runs[0][0] != runs[0][1], "both epochs in the same order"
+    runs: dict[tuple[int, int], list[list[bytes]]] = {}
+    for host in (0, 1):
+        for concurrency in (8, 1):
+            config = replayable_config(
+                tmp_path,
+                f"h{host}c{concurrency}",
+                write_config,
+                bucket,
+                sharding={"num_workers": 2, "worker_index": host},
+                download__concurrency=concurrency,
+            )
+            daemon = run_daemon(config)
+            got = runs[(host, concurrency)] = read_epochs(config)
+            assert daemon.wait(120) == 0, daemon.output()
+            for e, tokens in enumerate(got):
+                assert Counter(tokens) == plan(up, config, e), f"host {host} epoch {e}"
+    for host in (0, 1):
+        assert runs[(host, 8)] == runs[(host, 1)], f"host {host}: the same seed, another order"
+        assert runs[(host, 8)][0] != runs[(host, 8)][1], "both epochs in the same order"
 
 
 def test_the_replayable_order_with_three_sources_survives_a_sigkill_of_the_daemon_or_writer(
