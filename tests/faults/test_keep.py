@@ -309,3 +309,57 @@ def test_keep_with_three_sources_fetches_what_is_kept_once_and_the_rest_once_per
             assert ratio >= hit_bound(keep, total), figures  # measured 0.518, 0.522
     finally:
         _delete_bucket(s3_client, books_bucket(bucket))
+
+
+def test_keep_with_three_sources_is_reused_after_the_daemon_is_sigkilled_between_epochs(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+    proxy: FaultProxy,
+) -> None:
+    """Three sources, ``keep`` above their bytes: the daemon is SIGKILLed once epoch 0 is
+    downloaded and epoch 1 started (nothing read yet), and started again. Each object's bytes
+    crossed the network once over both runs (every read of epoch 1, by either daemon, came from
+    a kept copy), the restarted daemon chose the same kept set over the three sources and found
+    all of it, and each epoch delivers its plan exactly once."""
+    up = upload_sources(s3_client, bucket)
+    try:
+        total = sum(size for sizes in up.sizes.values() for size in sizes.values())
+        config = mixed_config(
+            tmp_path,
+            "kill",
+            write_config,
+            bucket,
+            source__endpoint_url=proxy.url,
+            download__keep=2 * total,
+        )
+        layout = Layout.of(load_config(config))
+        first = run_daemon(config)
+        wait_status(
+            config,
+            lambda s: s.get("download_epoch") == 1 and layout.downloaded_marker(0).exists(),
+            90,
+            "epoch 0 downloaded, epoch 1 started",
+        )
+        first.kill_group(signal.SIGKILL)
+        first.proc.wait(30)
+        second = run_daemon(config)
+        tokens = [
+            [token_of(bytes(r)) for r in prefetchd.records(config, epoch=e, timeout=120)]
+            for e in range(2)
+        ]
+        assert second.wait(120) == 0, second.output()
+        for e, got in enumerate(tokens):
+            assert Counter(got) == plan(up, config, e), f"epoch {e}: every planned record once"
+        for name, sizes in up.sizes.items():
+            for key, size in sizes.items():
+                assert proxy.bytes_served(key) == size, (name, key, proxy.bytes_served(key))
+        # the restarted daemon chose the same set over the three sources and found all of it
+        objects = sum(len(sizes) for sizes in up.sizes.values())
+        assert f"download.keep: {objects} objects" in second.output()
+        assert f"chosen to keep, {objects} already kept" in second.output()
+        assert "resuming job " in second.output()
+    finally:
+        _delete_bucket(s3_client, books_bucket(bucket))
