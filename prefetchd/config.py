@@ -356,8 +356,7 @@ def _sources(raw: object, base_dir: Path | None) -> tuple[SourceConfig, ...]:
 
 def _check_sources(config: Config) -> None:
     """What a job of several sources needs: one store (the downloader's one client; buckets
-    may differ), and neither ``download.keep`` nor ``sharding.resume_from`` yet
-    (docs/sources.md)."""
+    may differ), and no ``sharding.resume_from`` yet (docs/sources.md)."""
     epochs = config.epochs
     if not config.mixed:
         if epochs.weights_by_epoch:
@@ -372,10 +371,6 @@ def _check_sources(config: Config) -> None:
                     f"now (the same endpoint_url, region, profile and addressing_style); {key} "
                     "differs"
                 )
-    if config.download.keep:
-        raise ConfigError(
-            "download.keep is not allowed with several sources yet: set download.keep: 0"
-        )
     if config.sharding.resume_from is not None:
         raise ConfigError(
             "sharding.resume_from is not allowed with several sources yet (a resume on another"
@@ -402,15 +397,6 @@ def _fit_writers_to_order(config: Config, *, explicit: bool) -> Config:
     another number there is refused."""
     if config.epochs.order != REPLAYABLE:
         return config
-    if config.mixed:
-        # Two runs agree, but after a SIGKILL the restarted writer's order diverged from the
-        # uninterrupted run's at the crash in 2 of 5 runs (tests/e2e/test_mixed_sources.py):
-        # a promise kept only without crashes is not offered.
-        raise ConfigError(
-            "epochs.order: replayable is not available with several sources yet (after a "
-            "crash the order may differ from an uninterrupted run's): use order: fast, or one "
-            "source"
-        )
     if config.output.writers == 1:
         return config
     if explicit:

@@ -6,10 +6,13 @@ to moto on 127.0.0.1, then runs the daemon (``prefetchd run``, one epoch) and on
 directories. Reports per run the wall time from start to the last record, MB/s and records/s of
 payload, and whether the runs of one order yielded the same records in the same order (they
 must for ``replayable``; for ``fast`` they rarely do). Orders run alternately, so a slow stretch
-of a shared machine hits both.
+of a shared machine hits both. With ``--sources N`` the objects are split round-robin over N
+prefixes, read as N sources (``sources:``) of weights N, N-1, ..., 1 (``on_exhausted: repeat``,
+so a lighter source is read more than once per epoch, or less than whole, as its weight asks).
 
     python -m bench.studies.replay                      # defaults: see --help
     python -m bench.studies.replay --objects 400 --repeats 3
+    python -m bench.studies.replay --objects 600 --repeats 3 --sources 3
 """
 
 from __future__ import annotations
@@ -51,8 +54,26 @@ def upload(endpoint: str, args: argparse.Namespace) -> int:
         records = [rng.randbytes(args.record_size) for _ in range(args.records)]
         total += sum(map(len, records))
         body = b"".join(frame(r) for r in records)
-        client.put_object(Bucket=BUCKET, Key=f"data/{i:06d}.tfrecord", Body=body)
+        client.put_object(Bucket=BUCKET, Key=f"{prefix(i, args)}{i:06d}.tfrecord", Body=body)
     return total
+
+
+def prefix(i: int, args: argparse.Namespace) -> str:
+    """Where object ``i`` goes: ``data/``, or ``data/s<k>/`` of source k with ``--sources``."""
+    return f"data/s{i % args.sources}/" if args.sources > 1 else "data/"
+
+
+def sources(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The config's ``source`` (one) or ``sources`` (``--sources``, weights N..1)."""
+    store = {"endpoint_url": endpoint, "region": "us-east-1"}
+    if args.sources <= 1:
+        return {"source": {"url": f"s3://{BUCKET}/data/", **store}}
+    return {
+        "sources": [
+            {"url": f"s3://{BUCKET}/data/s{k}/", "weight": args.sources - k, **store}
+            for k in range(args.sources)
+        ]
+    }
 
 
 def run(endpoint: str, work: Path, order: str, args: argparse.Namespace) -> tuple[float, str, int]:
@@ -60,7 +81,7 @@ def run(endpoint: str, work: Path, order: str, args: argparse.Namespace) -> tupl
     ram = Path(tempfile.mkdtemp(prefix=f"prefetchd-replay-{os.getpid()}-", dir="/dev/shm"))
     epochs: dict[str, Any] = {"count": 1, "shuffle": True, "seed": 3, "order": order}
     config = {
-        "source": {"url": f"s3://{BUCKET}/data/", "endpoint_url": endpoint, "region": "us-east-1"},
+        **sources(endpoint, args),
         "epochs": epochs,
         "download": {"cache_dir": str(work / "cache"), "window": args.window},
         "output": {
@@ -107,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ram-budget", default="256MiB", help="output.ram_budget")
     parser.add_argument("--shard-size", default="8MiB", help="output.shard_size")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--sources", type=int, default=1, help="objects split over N sources")
     args = parser.parse_args(argv)
     for name, value in LOCAL_CREDENTIALS.items():  # moto accepts any; never real ones here
         os.environ.setdefault(name, value)
@@ -120,8 +142,10 @@ def main(argv: list[str] | None = None) -> int:
                     results[order].append(run(endpoint, work / f"{order}-{i}", order, args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    in_sources = f" in {args.sources} sources" if args.sources > 1 else ""
     print(
-        f"{args.objects} TFRecord objects x {args.records} records of {args.record_size} B "
+        f"{args.objects} TFRecord objects{in_sources} x {args.records} records of "
+        f"{args.record_size} B "
         f"({payload / 1e6:.1f} MB), moto on 127.0.0.1; window {args.window}, ram_budget "
         f"{args.ram_budget}, shard_size {args.shard_size}; other keys at their defaults"
     )
@@ -129,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for order, runs in results.items():
         for i, (seconds, digest, count) in enumerate(runs):
+            rate = count * args.record_size / 1e6 / seconds  # the payload delivered
             print(
-                f"{order:<11} {i:>3} {seconds:8.2f} {payload / 1e6 / seconds:7.1f} "
+                f"{order:<11} {i:>3} {seconds:8.2f} {rate:7.1f} "
                 f"{count / seconds:10.0f} {digest:>17}"
             )
         same = len({d for _, d, _ in runs}) == 1

@@ -52,8 +52,11 @@ class Handover:
         self.signals: Signals | None = None  # the downloader's: the listing keeps the budgets
 
     def choose(self, share: ShareTable) -> None:
-        """Choose what to keep; with ``download.keep: 0``, drop what an earlier run kept."""
-        self.planner.plan(share)
+        """Choose what to keep (over every source's share: ``share`` is the first's); with
+        ``download.keep: 0``, drop what an earlier run kept."""
+        shares = self.plan.shares if self.plan.shares[0] is share else [share]
+        buckets = [src.bucket for src in self.plan.config.sources][: len(shares)]
+        self.planner.plan(*shares, buckets=buckets)
 
     def refresh(self, listed: Callable[[int], None]) -> None:
         """List again before an epoch that may serve kept copies: a copy stands in only for an
@@ -67,7 +70,10 @@ class Handover:
         # what the loop was doing (serving kept copies sets no activity of its own).
         previous, self.counters["activity"] = self.counters["activity"], Activity.LISTING
         try:
-            listing = ShareTable.of(list_share(client, config, listed=listed))
+            listings = [  # every source's, before any copy is trusted again
+                ShareTable.of(list_share(client, config, listed=listed, source=src))
+                for src in config.sources[: len(self.plan.shares)]
+            ]
         except Exception as exc:  # the store's error, whatever its type: downloads still work
             log.warning(
                 "download.keep: listing again failed (%s); no kept copy is used this epoch", exc
@@ -76,15 +82,17 @@ class Handover:
             return
         finally:
             self.counters["activity"] = previous
-        keeper.refresh(self.plan.share, listing)
+        for source, listing in enumerate(listings):
+            keeper.refresh(self.plan.shares[source], listing, source)
 
     def serve(self, job: Job) -> bool | None:
         """Publish ``job`` from its kept copy: True if done, False if it must be downloaded,
         None if it must wait (the hand-over account is full, or the previous epoch is still
         downloading it to keep it): the loop waits, as for the window."""
-        name = self.keeper.usable(job.obj) if self.keeper is not None else None
-        if self.keeper is None or name is None:
-            if self.keeper is not None and self.keeper.wants(job.obj) and self._fetching(job):
+        keeper, source = self.keeper, job.source
+        name = keeper.usable(job.obj, source) if keeper is not None else None
+        if keeper is None or name is None:
+            if keeper is not None and keeper.wants(job.obj, source) and self._fetching(job):
                 # The previous epoch is still downloading it, to keep it: wait for that copy
                 # instead of fetching the same bytes twice.
                 return None
@@ -92,7 +100,7 @@ class Handover:
         if not self.handoff.fits(job.obj.size):
             self.counters["activity"] = Activity.WAITING_FOR_WINDOW
             return None
-        if not self.keeper.hand_over(name, job.obj, job.tmp):
+        if not keeper.hand_over(name, job.obj, job.tmp, source):
             return False
         self.handoff.reserve(job.name, job.obj.size)
         try:
@@ -104,14 +112,22 @@ class Handover:
             self.handle(job)
             return True
         os.rename(job.tmp, self.publisher.layout.cache_ready / job.name)
-        self.keeper.hit(job.epoch, job.obj)
+        keeper.hit(job.epoch, job.obj)
         self.plan.mark_done(job)
         return True
 
     def _fetching(self, job: Job) -> bool:
-        """Whether the same object is being downloaded for an earlier epoch (local names end in
-        the hash of bucket and key). Only requests in flight count: one waiting for a retry is
+        """Whether the same object is being downloaded for an earlier read (of one source: an
+        earlier epoch, local names ending in the hash of bucket and key; of several: also an
+        earlier period of this epoch, ``repeat``, the names hashing the period too, so bucket
+        and key are compared). Only requests in flight count: one waiting for a retry is
         resubmitted by the loop, which must not wait for it."""
+        if self.plan.config.mixed:
+            key, bucket = job.obj.key, job.bucket
+            return any(
+                other.obj.key == key and other.bucket == bucket and other is not job
+                for other in self.active.values()
+            )
         if job.epoch == self.plan.first_epoch:
             return False  # no earlier epoch in this run: skip the scan of every request
         digest = object_digest(job.name)

@@ -3,7 +3,13 @@ stand in for a download, and the hit and miss figures.
 
 At start-up ``plan`` chooses the kept subset of this host's share (``keep.choose_kept``) and
 drops every entry of the store that is not in it (what another job, an overwritten object or a
-smaller ``keep`` left). Each later epoch ``refresh`` compares a new listing with the one the run
+smaller ``keep`` left). With several sources (``sources:``) the subset is chosen over every
+source's share at once, by the same rank, so each source keeps about the same fraction of its
+bytes; an entry is named by bucket, key, ETag and size, not by the local name (which hashes the
+source and the period it is read in), so a kept object stands in for every read of it: in any
+later epoch, and the second read in one epoch of an object ``on_exhausted: repeat`` reads twice.
+
+Each later epoch ``refresh`` compares a new listing (of every source) with the one the run
 started from: an object whose ETag or size changed, or that is gone, loses its kept copy and is
 downloaded as listed now. A hit is served only for the object as listed now (``usable``).
 
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prefetchd.atomic import write_atomic
@@ -49,9 +55,11 @@ class Keeper:
         self.part_size = part_size
         self.counters = counters
         self.free = free
-        self.flags = bytearray()
+        self.buckets: tuple[str, ...] = (bucket,)  # each source's (``plan``)
+        self.flags: list[bytearray] = []  # each source's: one byte per row of its share
         self.wanted: set[str] = set()
-        self.overrides: dict[int, SourceObject] = {}  # row -> as listed now, if it changed
+        # (source, row) -> the object as listed now, if it changed since the run started
+        self.overrides: dict[tuple[int, int], SourceObject] = {}
         self.trusted = True  # False while the latest listing failed: no copy is confirmed
         self.stopped: str | None = None
         self.epochs: dict[int, EpochKeep] = {}
@@ -59,17 +67,27 @@ class Keeper:
 
     # --- start-up and listings ----------------------------------------------------------------
 
-    def plan(self, share: ShareTable) -> None:
-        """Choose the kept subset of ``share`` and drop every entry outside it."""
+    def plan(self, *shares: ShareTable, buckets: Sequence[str] = ()) -> None:
+        """Choose the kept subset of ``shares`` (one per source, ``buckets`` theirs; by default
+        the store's) and drop every entry outside it. One choice over all sources (an object
+        two sources list, the same bucket and key, is one entry; its size counts for each in
+        the choice)."""
+        self.buckets = tuple(buckets) or (self.store.bucket,) * len(shares)
         ranks, sizes = array("Q"), array("Q")
-        for obj in share if self.store.capacity else ():
-            ranks.append(keep_rank(obj.key))
-            sizes.append(obj.size)
-        self.flags = choose_kept(ranks, sizes, self.store.capacity)
-        for row, flag in enumerate(self.flags):
-            name = self.store.name_of(share[row]) if flag else None
-            if name is not None:
-                self.wanted.add(name)
+        for share in shares if self.store.capacity else ():
+            for obj in share:
+                ranks.append(keep_rank(obj.key))
+                sizes.append(obj.size)
+        flags = choose_kept(ranks, sizes, self.store.capacity)
+        self.flags, start = [], 0
+        for source, share in enumerate(shares):
+            part = flags[start : start + len(share)]
+            start += len(part)
+            self.flags.append(part)
+            for row, flag in enumerate(part):
+                name = self.store.name_of(share[row], self.buckets[source]) if flag else None
+                if name is not None:
+                    self.wanted.add(name)
         self.store.load()
         dropped = self.store.retain(self.wanted)
         if not self.store.capacity:
@@ -79,18 +97,18 @@ class Keeper:
         log.info(
             "download.keep: %d objects (%s) chosen to keep, %d already kept (%s)%s",
             len(self.wanted),
-            format_size(sum(s for s, f in zip(sizes, self.flags, strict=True) if f)),
+            format_size(sum(s for s, f in zip(sizes, flags, strict=True) if f)),
             len(self.store.entries),
             format_size(self.store.used),
             f"; dropped {dropped} kept objects not chosen now" if dropped else "",
         )
         self._gauges()
 
-    def refresh(self, share: ShareTable, listing: ShareTable) -> None:
-        """Compare a new ``listing`` with ``share`` (both sorted by key): a kept object whose
-        ETag or size changed, or that is gone, loses its kept copy; changed ones are fetched
-        (and kept) as listed now."""
-        self.overrides.clear()
+    def refresh(self, share: ShareTable, listing: ShareTable, source: int = 0) -> None:
+        """Compare a new ``listing`` of ``source`` with its ``share`` (both sorted by key): a
+        kept object whose ETag or size changed, or that is gone, loses its kept copy; changed
+        ones are fetched (and kept) as listed now."""
+        self.overrides = {at: obj for at, obj in self.overrides.items() if at[0] != source}
         self.trusted = True
         j = 0
         for row in range(len(share)):
@@ -100,47 +118,50 @@ class Keeper:
             now = listing[j] if j < len(listing) and listing[j].key == obj.key else None
             if now == obj:
                 continue
-            self._changed(row, obj, now)
+            self._changed(source, row, obj, now)
 
-    def _changed(self, row: int, was: SourceObject, now: SourceObject | None) -> None:
-        old = self.store.name_of(was)
+    def _changed(self, source: int, row: int, was: SourceObject, now: SourceObject | None) -> None:
+        bucket = self.buckets[source]
+        old = self.store.name_of(was, bucket)
         if old is not None and self.store.has(old):
-            log.info(
-                "s3://%s/%s changed at the source; its kept copy is dropped",
-                self.store.bucket,
-                was.key,
-            )
+            log.info("s3://%s/%s changed at the source; its kept copy is dropped", bucket, was.key)
             self.store.drop(old)
         self.wanted.discard(old or "")
         if now is None:
             return  # gone: fetched as listed at start, the store's 404 skips it
-        self.overrides[row] = now
-        new = self.store.name_of(now)
-        if self.flags[row] and new is not None:
+        self.overrides[(source, row)] = now
+        new = self.store.name_of(now, bucket)
+        if self.flags[source][row] and new is not None:
             self.wanted.add(new)
 
-    def current(self, row: int, obj: SourceObject) -> SourceObject:
-        """``obj`` (row ``row`` of the share) as the latest listing gave it."""
-        return self.overrides.get(row, obj)
+    def current(self, row: int, obj: SourceObject, source: int = 0) -> SourceObject:
+        """``obj`` (row ``row`` of ``source``'s share) as the latest listing gave it."""
+        return self.overrides.get((source, row), obj)
 
     # --- hits ---------------------------------------------------------------------------------
 
-    def usable(self, obj: SourceObject) -> str | None:
-        """The entry that may stand in for ``obj`` as listed now, if one is kept."""
-        name = self.store.name_of(obj)
+    def usable(self, obj: SourceObject, source: int = 0) -> str | None:
+        """The entry that may stand in for ``obj`` (of ``source``) as listed now, if one is
+        kept."""
+        name = self.store.name_of(obj, self.bucket(source))
         return name if self.trusted and name is not None and self.store.has(name) else None
 
-    def wants(self, obj: SourceObject) -> bool:
-        """Whether ``obj`` as listed now is chosen to be kept and keeping goes on."""
-        return not self.stopped and self.store.name_of(obj) in self.wanted
+    def wants(self, obj: SourceObject, source: int = 0) -> bool:
+        """Whether ``obj`` (of ``source``) as listed now is chosen to be kept and keeping goes
+        on."""
+        return not self.stopped and self.store.name_of(obj, self.bucket(source)) in self.wanted
 
-    def hand_over(self, name: str, obj: SourceObject, dest: Path) -> bool:
+    def bucket(self, source: int) -> str:
+        """``source``'s bucket (the store's before ``plan``)."""
+        return self.buckets[source] if source < len(self.buckets) else self.store.bucket
+
+    def hand_over(self, name: str, obj: SourceObject, dest: Path, source: int = 0) -> bool:
         """Link the kept copy at ``dest``; False (counted, logged) if it failed its check."""
         problem = self.store.hand_over(name, dest)
         if problem is None:
             return True
         self.counters["keep_refetched"] += 1
-        log.warning("s3://%s/%s: %s; fetching it again", self.store.bucket, obj.key, problem)
+        log.warning("s3://%s/%s: %s; fetching it again", self.bucket(source), obj.key, problem)
         self._gauges()
         return False
 
@@ -152,13 +173,15 @@ class Keeper:
 
     # --- misses -------------------------------------------------------------------------------
 
-    def downloaded(self, epoch: int, obj: SourceObject, path: Path, reserve: int) -> None:
+    def downloaded(
+        self, epoch: int, obj: SourceObject, path: Path, reserve: int, source: int = 0
+    ) -> None:
         """Count a miss; keep the verified download at ``path`` if it was chosen, unless the
         disk would keep less than ``reserve`` bytes free (what the window may still need)."""
         self.epochs[epoch] = self._epoch(epoch).miss(obj.size)
         self.counters["keep_misses"] += 1
         self.counters["keep_miss_bytes"] += obj.size
-        name = self.store.name_of(obj)
+        name = self.store.name_of(obj, self.bucket(source))
         if self.stopped or name is None or name not in self.wanted or self.store.has(name):
             return
         try:

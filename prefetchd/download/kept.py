@@ -62,7 +62,8 @@ def file_crc32c(path: Path) -> tuple[int, int]:
 
 
 class KeptStore:
-    """The entries of one ``keep/`` directory for one bucket; ``capacity`` bytes at most."""
+    """The entries of one ``keep/`` directory (for one bucket, or the buckets of several
+    sources: ``name_of``); ``capacity`` bytes at most."""
 
     def __init__(self, directory: Path, bucket: str, capacity: int) -> None:
         self.directory = directory
@@ -71,11 +72,14 @@ class KeptStore:
         self.entries: dict[str, Entry] = {}
         self.used = 0
 
-    def name_of(self, obj: SourceObject) -> str | None:
-        """The entry name of ``obj`` as listed now; None if it cannot be kept (no ETag)."""
+    def name_of(self, obj: SourceObject, bucket: str | None = None) -> str | None:
+        """The entry name of ``obj`` as listed now (in ``bucket``, by default the store's);
+        None if it cannot be kept (no ETag). Sources in several buckets share one store: the
+        bucket is in the name, so an entry is found by what it is, whichever source (and in
+        which epoch or period) reads it."""
         if not obj.etag:
             return None
-        return kept_name(self.bucket, obj.key, obj.etag, obj.size)
+        return kept_name(bucket or self.bucket, obj.key, obj.etag, obj.size)
 
     # --- start-up -----------------------------------------------------------------------------
 

@@ -219,6 +219,8 @@ class EpochPlan:
             return 0, obj, key_hash(self.config.source.bucket, obj.key)
         source, period, row = self.mix(epoch).at(seq)
         obj = self.shares[source][row]
+        if self.keeper is not None:
+            obj = self.keeper.current(row, obj, source)
         bucket = self.config.sources[source].bucket
         return source, obj, mixed_key_hash(source, period, bucket, obj.key)
 

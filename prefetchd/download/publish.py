@@ -117,7 +117,7 @@ class Publisher:
         self.download_log.append(job.epoch, job.name, PUBLISHED)
         if self.keeper is not None:
             room = self.window.limit - self.window.used
-            self.keeper.downloaded(job.epoch, job.obj, job.tmp, reserve=max(0, room))
+            self.keeper.downloaded(job.epoch, job.obj, job.tmp, max(0, room), job.source)
         os.rename(job.tmp, f"{self._ready_dir}/{job.name}")
         self.counters["objects_downloaded"] += 1
         self.counters["bytes_downloaded"] += job.obj.size

@@ -22,7 +22,10 @@ the next ``(epoch, seq)`` and the mixer's seeded state (``Mixer.order_state``). 
 writer reopens the objects the commit had open, in the order they were opened, each at its
 journalled position, puts the choices back, and keeps the objects it had claimed after the
 commit for their turn (``pending``): so it goes on in the order an uninterrupted run gives, and
-the records from the crash on come out the same. Without that state (a journal written by a
+the records from the crash on come out the same. That needs a commit to be followed by the step a
+restarted writer makes first, a fresh one with the new shard's room (``Writer._step``): which
+objects are drained when, and so where the choices drawn ahead are thrown away, depends on how
+the draws are cut. Without that state (a journal written by a
 ``fast`` run) it takes the first object in ready/: complete and exactly once, not replayed.
 """
 

@@ -229,6 +229,12 @@ class Writer:
             limit = 1
             if self.mixer.next_frame(mixable) > room and self.publisher.holds_records(epoch):
                 self.publisher.publish()
+                # The next step starts afresh with the new shard's room, as a writer restarted
+                # from this commit does: a draw of one record here instead drained an object
+                # used up by it earlier than that writer would, and the choices drawn ahead
+                # were thrown away at another point (the replayable order left the
+                # uninterrupted one after a SIGKILL, write/replay.py).
+                return
         drawn = self.mixer.draw(mixable, limit)
         if drawn.records:
             # `taken` counts only written records: shard_for may journal it (publishing a

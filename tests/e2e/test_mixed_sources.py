@@ -6,8 +6,9 @@ Each record says which source, object and record it is, so the test knows every 
 checks against it: every planned record exactly once per epoch, each source's share of the
 epoch's bytes within 1 % of its weight, and every window of 1,000 records (in the order the
 trainer read them) within a few % of the epoch's proportions. Then: a daemon SIGKILLed
-mid-epoch and restarted (exactly once still), two hosts (disjoint and complete per source), and
-a weight change between epochs (``epochs.weights_by_epoch``).
+mid-epoch and restarted (exactly once still), two hosts (disjoint and complete per source), a
+weight change between epochs (``epochs.weights_by_epoch``), and ``epochs.order: replayable``
+(two runs yield one sequence; a SIGKILL of the daemon or of the writer changes nothing in it).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from prefetchd.kernel.framing import frame
 from prefetchd.layout import Layout
 from prefetchd.supervise.status import read_status
 from testkit.trainers import finish_trainer, start_trainer
-from tests.conftest import _delete_bucket, wait_for
+from tests.conftest import DELETE, _delete_bucket, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -169,6 +170,14 @@ def mixed_config(
 
 def plan(up: Uploaded, config_path: Path, epoch: int) -> Counter[bytes]:
     """The records ``epoch`` must deliver on this host, from the pure plan over the upload."""
+    want: Counter[bytes] = Counter()
+    for (name, key), reads in planned_reads(up, config_path, epoch).items():
+        want.update(up.records[name][key] * reads)
+    return want
+
+
+def planned_reads(up: Uploaded, config_path: Path, epoch: int) -> Counter[tuple[str, str]]:
+    """How many times ``epoch`` reads each object on this host, by (source name, key)."""
     config = load_config(config_path)
     shares = []
     for src in config.sources:
@@ -190,11 +199,10 @@ def plan(up: Uploaded, config_path: Path, epoch: int) -> Counter[bytes]:
         seed=config.epochs.seed,
     )
     mix = epoch_mix(streams, epoch)
-    want: Counter[bytes] = Counter()
-    for source, _, row in zip(mix.sources, mix.periods, mix.rows, strict=True):
-        name = config.sources[source].name
-        want.update(up.records[name][shares[source][row]])
-    return want
+    reads: Counter[tuple[str, str]] = Counter()
+    for source, row in zip(mix.sources, mix.rows, strict=True):
+        reads[(config.sources[source].name, shares[source][row])] += 1
+    return reads
 
 
 def read_epochs(config: Path) -> list[list[bytes]]:
@@ -487,20 +495,112 @@ def prefetchd_cli(command: str, config: Path) -> subprocess.CompletedProcess[str
     )
 
 
-def test_the_replayable_order_with_several_sources_is_refused_in_one_line(
-    tmp_path: Path, s3_client: Any, bucket: str, write_config: Callable[..., Path]
+REPLAYABLE: dict[str, Any] = {
+    "output__writers": DELETE,  # one writer: the replayable order's
+    "output__mix": 4,
+    "output__shard_size": "64KiB",
+    "output__ram_budget": "1MiB",  # 16 shards: the writer waits for room, mid-epoch
+}
+
+
+def replayable_config(
+    tmp_path: Path, name: str, write_config: Callable[..., Path], bucket: str, **overrides: Any
+) -> Path:
+    return mixed_config(
+        tmp_path,
+        name,
+        write_config,
+        bucket,
+        epochs={"order": "replayable"},
+        **{**REPLAYABLE, **overrides},
+    )
+
+
+def test_the_replayable_order_with_three_sources_is_the_same_on_every_run(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
 ) -> None:
-    """Not offered yet: two runs agreed, but after a SIGKILL mid-epoch the restarted writer's
-    order left the uninterrupted run's at the crash (2 of 5 runs, 2026-12-05); exactly once
-    held. A replayable order that holds only without crashes would mislead."""
-    upload(s3_client, bucket)
-    path = mixed_config(tmp_path, "r", write_config, bucket, epochs={"order": "replayable"})
-    for command in ("run", "check"):
-        done = prefetchd_cli(command, path)
-        assert done.returncode == 2, done.stderr
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-        assert "epochs.order: replayable is not available with several sources" in lines[0]
+    """``epochs.order: replayable`` on each of two hosts: two runs of a host, one of them
+    downloading one object at a time (so objects arrive in another order and at another pace),
+    yield the same records in the same order; each epoch its plan, exactly once."""
+    up = upload(s3_client, bucket)
+    runs: dict[tuple[int, int], list[list[bytes]]] = {}
+    for host in (0, 1):
+        for concurrency in (8, 1):
+            config = replayable_config(
+                tmp_path,
+                f"h{host}c{concurrency}",
+                write_config,
+                bucket,
+                sharding={"num_workers": 2, "worker_index": host},
+                download__concurrency=concurrency,
+            )
+            daemon = run_daemon(config)
+            got = runs[(host, concurrency)] = read_epochs(config)
+            assert daemon.wait(120) == 0, daemon.output()
+            for e, tokens in enumerate(got):
+                assert Counter(tokens) == plan(up, config, e), f"host {host} epoch {e}"
+    for host in (0, 1):
+        assert runs[(host, 8)] == runs[(host, 1)], f"host {host}: the same seed, another order"
+        assert runs[(host, 8)][0] != runs[(host, 8)][1], "both epochs in the same order"
+
+
+def test_the_replayable_order_with_three_sources_survives_a_sigkill_of_the_daemon_or_writer(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """The whole daemon SIGKILLed mid-epoch (the writer waiting for room, nothing read) and
+    started again, then in another run the writer alone SIGKILLed mid-epoch (the supervisor
+    restarts it): each yields, record by record, the sequence of a run never interrupted.
+    Before the fix the daemon's restart left that sequence at the crash in 2 of 5 runs (and in
+    3 of 3 with ``mix`` 4): a commit made before a one-record draw (the shard's last record did
+    not fit) was followed by a step the restarted writer did not make."""
+    up = upload(s3_client, bucket)
+    whole = replayable_config(tmp_path, "u", write_config, bucket)
+    daemon = run_daemon(whole)
+    uninterrupted = read_epochs(whole)
+    assert daemon.wait(120) == 0, daemon.output()
+    for e, tokens in enumerate(uninterrupted):
+        assert Counter(tokens) == plan(up, whole, e), f"epoch {e}"
+
+    config = replayable_config(tmp_path, "k", write_config, bucket)
+    layout = Layout.of(load_config(config))
+    daemon = run_daemon(config)
+    wait_for(
+        lambda: layout.ram_ready.is_dir() and len(os.listdir(layout.ram_ready)) >= 10,
+        60,
+        "shards before the kill",
+    )
+    daemon.kill_group(signal.SIGKILL)
+    daemon.wait(30)
+    restarted = run_daemon(config)
+    got = read_epochs(config)
+    assert restarted.wait(120) == 0, restarted.output()
+    assert got == uninterrupted, "the daemon's restart changed the order"
+
+    config = replayable_config(tmp_path, "w", write_config, bucket)
+    layout = Layout.of(load_config(config))
+    daemon = run_daemon(config)
+    wait_for(
+        lambda: layout.ram_ready.is_dir() and len(os.listdir(layout.ram_ready)) >= 10,
+        60,
+        "shards before the kill",
+    )
+    status = read_status(layout)
+    writer = status.children.get("writer-0") if status is not None else None
+    assert writer is not None and writer.pid is not None
+    os.kill(writer.pid, signal.SIGKILL)
+    got = read_epochs(config)
+    assert daemon.wait(120) == 0, daemon.output()
+    status = read_status(layout)
+    assert status is not None and status.children["writer-0"].restarts == 1
+    assert got == uninterrupted, "the writer's restart changed the order"
 
 
 def test_a_source_whose_bucket_is_missing_is_named_by_run_and_check(

@@ -932,7 +932,6 @@ def test_sources_are_a_list_with_weights_and_names_defaulting_to_their_index() -
             },
             r"sources\[1\]\.region: every source must be in the store of sources\[0\]",
         ),
-        (_mixed(download={"keep": "1GiB"}), "download.keep is not allowed with several sources"),
         (
             _mixed(sharding={"resume_from": "/tmp/old-positions"}),
             "sharding.resume_from is not allowed with several sources",
@@ -962,9 +961,14 @@ def test_a_bad_sources_list_is_one_line_naming_the_key(data: dict[str, Any], mes
     assert info.value.exit_code == EXIT_USAGE
 
 
-def test_the_replayable_order_with_several_sources_is_refused_for_now() -> None:
-    with pytest.raises(ConfigError, match="replayable is not available with several sources"):
-        config_from_dict(_mixed(epochs={"order": "replayable"}))
+def test_download_keep_takes_several_sources() -> None:
+    config = config_from_dict(_mixed(download={"keep": "1GiB"}))
+    assert config.mixed and config.download.keep == 1024**3
+
+
+def test_the_replayable_order_takes_several_sources_with_one_writer() -> None:
+    config = config_from_dict(_mixed(epochs={"order": "replayable"}))
+    assert config.mixed and config.output.writers == 1
 
 
 def test_sources_may_name_several_buckets_of_one_store() -> None:

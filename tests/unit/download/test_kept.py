@@ -201,6 +201,33 @@ def test_a_changed_or_deleted_object_loses_its_kept_copy(tmp_path: Path) -> None
     assert keeper.store.used == 18 * 100
 
 
+def test_with_several_sources_one_choice_covers_every_source_and_names_hold_the_bucket(
+    tmp_path: Path,
+) -> None:
+    """Two sources in two buckets listing the same keys: one choice over both shares (each
+    keeps about the capacity's fraction of its bytes), entries named by bucket, so the same key
+    in the other bucket is another object; a changed object is refreshed in its own source."""
+    keeper = make_keeper(tmp_path, capacity=2000)
+    shares = [ShareTable.of(OBJECTS), ShareTable.of(OBJECTS)]
+    keeper.plan(*shares, buckets=[BUCKET, "other"])
+    chosen = [[o for o in OBJECTS if keeper.wants(o, source)] for source in (0, 1)]
+    assert len(chosen[0]) == len(chosen[1]) == 10  # the same rank, the same keys, each bucket
+    for source in (0, 1):
+        for obj in OBJECTS:
+            keeper.downloaded(0, obj, download(tmp_path, obj), reserve=0, source=source)
+    assert keeper.store.used == 2000 and len(keeper.store.entries) == 20
+    assert all(keeper.usable(o, 1) for o in chosen[1])
+    assert keeper.usable(chosen[0][0], 0) != keeper.usable(chosen[0][0], 1)
+    changed = SourceObject(chosen[1][0].key, 120, "new")
+    row = OBJECTS.index(chosen[1][0])
+    listing = ShareTable.of([changed if o.key == changed.key else o for o in OBJECTS])
+    keeper.refresh(shares[0], ShareTable.of(OBJECTS), 0)
+    keeper.refresh(shares[1], listing, 1)
+    assert keeper.usable(chosen[1][0], 1) is None and keeper.usable(chosen[1][0], 0) is not None
+    assert keeper.current(row, chosen[1][0], 1) == changed
+    assert keeper.current(row, chosen[1][0], 0) == chosen[1][0]
+
+
 def test_keeping_stops_once_when_the_disk_would_fill(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
