@@ -30,9 +30,10 @@ source's window, as a fraction of the window: a smooth schedule, so that any str
 epoch holds each source's bytes in proportion (within about one object of each). Then the
 order is *balanced* for the writers, which take objects by ``seq % writers``
 (``write/arrivals.py``): left as merged, which objects of a source fall on even seqs is
-chance, and a writer got one source's objects 3-4 points above its share for a whole epoch
-and drifting within it, which no draw inside a writer can smooth
-(``bench.studies.mix_windows``). ``_balanced`` deals each source's objects alternately to the
+chance, and over stretches of thousands of records a writer got a source's objects several
+points above or below its share, which no draw inside a writer can smooth
+(``bench.studies.mix_windows``: windows of 1,000 records 14 points off with two writers, 2
+balanced). ``_balanced`` deals each source's objects alternately to the
 even and odd positions, and again within each of those, ``BALANCE_LEVELS`` times: so with 2, 4
 or 8 writers every writer gets each source's objects in turn, and an object moves at most a
 few places from where the merge put it.

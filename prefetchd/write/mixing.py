@@ -6,9 +6,11 @@ them open, each next record's source is chosen first, by smooth weighted round r
 rate that source's records arrive (``source_rates.py``; ``choice.KERNEL.source_picks``), then
 its object uniformly among that source's open objects. A uniform draw across objects gives a
 source the share of the open objects it happens to hold, which drifts over an object's lifetime
-(thousands of records): windows of 1,000 records were 5-8 points off the epoch's shares
-(``bench.studies.mix_windows``, docs/sources.md). A source with no object open is left out of
-the round (nothing is owed to it later: no burst when one opens).
+(thousands of records): with one writer, windows of 1,000 records were 13.7 points off the
+epoch's shares, 1.3-1.5 with the draw by source (tests/e2e/test_mixed_sources.py;
+``bench.studies.mix_windows``, docs/sources.md). A source with no object open is left out of
+the round (nothing is owed to it later: no burst when one opens); with one source open, the
+draw is the uniform one.
 
 The work is done a batch at a time: each open object gives batches of ready frames
 (``frames.Frames``), the choices of object are drawn ``PICKS`` at a time (seeded per epoch and

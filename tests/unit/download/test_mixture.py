@@ -139,8 +139,8 @@ def test_the_interleaving_keeps_every_stretch_in_proportion() -> None:
 def test_each_of_2_4_or_8_writers_gets_each_source_s_objects_in_turn(plan: Streams) -> None:
     """Writers take objects ``seq % writers``: the balanced order deals each source's objects
     evenly to them (to within two), the same objects as merged, each moved only a few places
-    (bench.studies.mix_windows: left to chance, a writer's share of a source drifted by points
-    for a whole epoch)."""
+    (bench.studies.mix_windows: left to chance, a writer's share of a source drifted by
+    several points over stretches of an epoch)."""
     mix, merged = epoch_mix(plan, 0), epoch_mix(plan, 0, balanced=False)
     entries = list(zip(mix.sources, mix.periods, mix.rows, strict=True))
     before = list(zip(merged.sources, merged.periods, merged.rows, strict=True))
