@@ -53,10 +53,10 @@ EPOCHS = 2
 WINDOW = 1000
 # A window's share of a source may differ this much from the epoch's, by output.writers
 # (docs/sources.md, "Measured"): one writer draws each record's source at its rate (measured
-# 0.013-0.015 alone, up to 0.032 with three such tests at once); two writers find ready/ empty
-# more often (downloads from moto trail two writers) and then draw from the few objects that
-# arrived (0.037-0.049 alone, 0.034-0.048 loaded). Before, the uniform draw across open
-# objects measured 0.137 with one writer and 0.053-0.079 with two.
+# 0.013-0.015 alone, up to 0.032 with three such tests at once); two writers are starved
+# (downloads from moto trail them: 1-6 objects open of 64 most of the time) and draw from the
+# few objects that arrived (0.034-0.049 alone, 0.034-0.048 loaded). Before, the uniform draw
+# across open objects measured 0.137 with one writer and 0.053-0.079 with two.
 WINDOW_SLACK = {1: 0.05, 2: 0.07}
 
 
