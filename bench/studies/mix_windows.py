@@ -47,6 +47,7 @@ from pathlib import Path
 
 from prefetchd.download.mixture import REPEAT, Streams, epoch_mix
 from prefetchd.messages.counters import WriterCounters
+from prefetchd.write.composition import Composition
 from prefetchd.write.frames import Frames
 from prefetchd.write.mixing import PICKS, STEP_BYTES, Mixer
 from prefetchd.write.objects import OpenObject
@@ -185,6 +186,7 @@ class WriterSim:
     next_claim: int = 0
     out: bytearray = field(default_factory=bytearray)
     taken: array[int] = field(default_factory=lambda: array("L"))
+    composition: Composition | None = None  # if set, told each step as the writer tells it
 
     def claimable(self) -> bool:
         return self.next_claim < len(self.turn) and self.arrive[self.next_claim] <= self.clock
@@ -278,6 +280,11 @@ def _step(sim: WriterSim, mix: int, epoch: int) -> None:
     picks = memoryview(mixer.picks).cast("I")[drawn.stop - drawn.records : drawn.stop]
     sim.out += bytes(mixable[p].source for p in picks)
     sim.taken.extend(int(mixable[p].key.rpartition("/")[2]) for p in picks)
+    if sim.composition is not None and drawn.records:
+        assert mixer.picks_from is not None
+        sim.composition.step(
+            mixable, mixer.picks_from, drawn.stop - drawn.records, drawn.stop, mixer.draw_from
+        )
     mixer.advance(mixable, drawn)
     sim.clock += drawn.records
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter
 
 from bench.studies import mix_windows as study
+from prefetchd.messages.shard_mix import ShardMix
+from prefetchd.write.composition import Composition
 
 
 def test_windows_of_records_hold_each_source_close_to_its_share_of_the_epoch() -> None:
@@ -53,3 +55,19 @@ def test_with_one_source_the_draw_is_what_it_was() -> None:
         study.run_writers(sims, 16, 0)
         taken.append([list(sim.taken) for sim in sims])
     assert taken[0] == taken[1]
+
+
+def test_a_shard_mix_names_the_object_of_every_record_drawn_by_source() -> None:
+    """What the writer tells its shard's mix, step by step (the draws by source, their credits
+    brought to the draws used whenever the open objects change), gives back the object of
+    every record written: what a position's ``objects`` counts on."""
+    shape = study.Shape()
+    order = study.download_order(study.make_sources(shape, 4), shape, 4, 0)[:300]
+    (sim,) = study.writer_sims(order, writers=1, mix=16, seed=4)
+    sim.composition = Composition()
+    study.run_writers([sim], 16, 0)
+    assert any(step[5] is not None for step in sim.composition.steps)
+    mix = ShardMix.decode(sim.composition.mix([], sim.mixer.finished).encode())
+    names = [f"e00000-{seq:09d}" for seq in sim.taken]
+    for k in (0, 1, 17, 250, 1000, len(names) // 2, len(names)):
+        assert mix.trained(k) == Counter(names[:k]), k
