@@ -27,7 +27,16 @@ boundary (the records inside each object, and the writers' mixing, change every 
 
 **Interleaving.** The epoch's objects are merged by where each one's middle falls in its
 source's window, as a fraction of the window: a smooth schedule, so that any stretch of the
-epoch holds each source's bytes in proportion (within about one object of each).
+epoch holds each source's bytes in proportion (within about one object of each). Then the
+order is *balanced* for the writers, which take objects by ``seq % writers``
+(``write/arrivals.py``): left as merged, which objects of a source fall on even seqs is
+chance, and over stretches of thousands of records a writer got a source's objects several
+points above or below its share, which no draw inside a writer can smooth
+(``bench.studies.mix_windows``: windows of 1,000 records 14 points off with two writers, 2
+balanced). ``_balanced`` deals each source's objects alternately to the
+even and odd positions, and again within each of those, ``BALANCE_LEVELS`` times: so with 2, 4
+or 8 writers every writer gets each source's objects in turn, and an object moves at most a
+few places from where the merge put it.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from fractions import Fraction
 from prefetchd.seeds import stable_hash
 
 REPEAT, STOP = "repeat", "stop"
+BALANCE_LEVELS = 3  # the order is balanced for 2, 4 and 8 writers
 
 
 def epoch_weights(
@@ -175,9 +185,11 @@ class EpochMix:
         return self.sources[seq], self.periods[seq], self.rows[seq]
 
 
-def epoch_mix(streams: Streams, epoch: int) -> EpochMix:
+def epoch_mix(streams: Streams, epoch: int, *, balanced: bool = True) -> EpochMix:
     """``epoch``'s objects of every source, interleaved by where each one's middle falls in its
-    source's window (a fraction of the window; ties go to the lower source index)."""
+    source's window (a fraction of the window; ties go to the lower source index), then (with
+    several sources, unless ``balanced`` is off: the study's control) balanced for the
+    writers (``_balanced``)."""
     quota = streams.quotas(epoch)
 
     def keyed(source: int) -> Iterator[tuple[float, int, int, int]]:
@@ -191,4 +203,36 @@ def epoch_mix(streams: Streams, epoch: int) -> EpochMix:
         mix.sources.append(source)
         mix.periods.append(period)
         mix.rows.append(row)
-    return mix
+    if not balanced or len(streams.sizes) < 2:
+        return mix
+    order = _balanced(mix.sources, array("L", range(len(mix))), BALANCE_LEVELS)
+    return EpochMix(
+        array("B", (mix.sources[i] for i in order)),
+        array("L", (mix.periods[i] for i in order)),
+        array("Q", (mix.rows[i] for i in order)),
+    )
+
+
+def _balanced(sources: array[int], order: array[int], levels: int) -> array[int]:
+    """``order`` (positions, in merged order) with each source's positions dealt alternately
+    to the even and the odd places (the first of a pair to the shorter side), each side
+    balanced the same way ``levels - 1`` more times, then the two zipped back together."""
+    if levels == 0 or len(order) < 2:
+        return order
+    halves = (array("L"), array("L"))
+    pending: dict[int, int] = {}  # source -> the side its unpaired position went to
+    for i in order:
+        source = sources[i]
+        side = pending.pop(source, None)
+        if side is None:
+            side = pending[source] = 0 if len(halves[0]) <= len(halves[1]) else 1
+        else:
+            side = 1 - side
+        halves[side].append(i)
+    even, odd = (_balanced(sources, half, levels - 1) for half in halves)
+    out = array("L")
+    for a, b in zip(even, odd, strict=False):
+        out.append(a)
+        out.append(b)
+    out.extend(even[len(odd) :] if len(even) > len(odd) else odd[len(even) :])
+    return out

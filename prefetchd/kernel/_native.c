@@ -1238,6 +1238,79 @@ static PyObject *picks(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NK)", out, (unsigned long long)s);
 }
 
+/* Draws by group, then by slot: twin.source_picks (the writers' draw by source). */
+static PyObject *source_picks(PyObject *self, PyObject *args) {
+    Py_buffer groups, rates, credits;
+    Py_ssize_t k;
+    unsigned long long state;
+    if (!PyArg_ParseTuple(args, "y*y*w*nK", &groups, &rates, &credits, &k, &state)) return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = groups.len / 4, ng = rates.len / 8;
+    const uint32_t *slot = groups.buf;
+    const uint64_t *rate = rates.buf;
+    int64_t *credit = credits.buf;
+    Py_ssize_t *count = PyMem_Calloc((size_t)(ng ? ng : 1), sizeof(Py_ssize_t));
+    Py_ssize_t *first = PyMem_Calloc((size_t)(ng ? ng : 1), sizeof(Py_ssize_t));
+    Py_ssize_t *present = PyMem_Calloc((size_t)(ng ? ng : 1), sizeof(Py_ssize_t));
+    uint32_t *members = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint32_t));
+    if (count == NULL || first == NULL || present == NULL || members == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n == 0 || k < 0 || credits.len / 8 != ng) {
+        PyErr_SetString(PyExc_ValueError,
+                        "source_picks(): no slots, or not one credit per rate");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (slot[i] >= (uint32_t)ng) {
+            PyErr_SetString(PyExc_IndexError, "source_picks(): group out of range");
+            goto done;
+        }
+        count[slot[i]]++;
+    }
+    Py_ssize_t np = 0, at = 0;
+    uint64_t total = 0;
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        first[g] = at;
+        at += count[g];
+        if (count[g]) {
+            present[np++] = g;
+            total += rate[g];
+        }
+        count[g] = 0; /* refilled below, as the members are placed */
+    }
+    for (Py_ssize_t i = 0; i < n; i++) members[first[slot[i]] + count[slot[i]]++] = (uint32_t)i;
+    if (total == 0) {
+        PyErr_SetString(PyExc_ValueError, "source_picks(): every present group has rate 0");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, k * 4);
+    if (out == NULL) goto done;
+    uint32_t *p = (uint32_t *)PyBytes_AS_STRING(out);
+    uint64_t s = state;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        Py_ssize_t best = present[0];
+        for (Py_ssize_t j = 0; j < np; j++) {
+            Py_ssize_t g = present[j];
+            credit[g] += (int64_t)rate[g];
+            if (credit[g] > credit[best]) best = g;
+        }
+        credit[best] -= (int64_t)total;
+        p[i] = members[first[best] + below(&s, (uint32_t)count[best])];
+    }
+    out = Py_BuildValue("(NK)", out, (unsigned long long)s); /* N: the tuple owns the bytes */
+done:
+    PyMem_Free(count);
+    PyMem_Free(first);
+    PyMem_Free(present);
+    PyMem_Free(members);
+    PyBuffer_Release(&groups);
+    PyBuffer_Release(&rates);
+    PyBuffer_Release(&credits);
+    return out;
+}
+
 /* --- set-up ------------------------------------------------------------------------------ */
 
 static PyObject *set_crc32c(PyObject *self, PyObject *arg) {
@@ -1280,6 +1353,7 @@ static PyMethodDef methods[] = {
     {"interleave", interleave, METH_VARARGS, "Frames of several sources by picks."},
     {"permutation", permutation, METH_VARARGS, "A seeded permutation of range(n)."},
     {"picks", picks, METH_VARARGS, "k seeded draws from range(n)."},
+    {"source_picks", source_picks, METH_VARARGS, "k seeded draws by group, then by slot."},
     {NULL, NULL, 0, NULL},
 };
 

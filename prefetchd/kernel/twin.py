@@ -422,3 +422,42 @@ def picks(n: int, k: int, state: int) -> tuple[bytes, int]:
     """``k`` seeded draws from ``range(n)`` as uint32 bytes, and the new state."""
     rng = SplitMix64(state)
     return array("I", [rng.below(n) for _ in range(k)]).tobytes(), rng.position
+
+
+def source_picks(
+    groups: bytes, rates: bytes, credits: Any, k: int, state: int
+) -> tuple[bytes, int]:
+    """``k`` seeded draws from ``range(n)`` (``n`` slots, ``groups[i]`` the group of slot i),
+    each first choosing a group by smooth weighted round robin and then a slot of it at random:
+    every group that has a slot earns its ``rates[g]`` per draw in ``credits[g]`` (int64, moved
+    in place), the one with the most credit (the lowest index on a tie) is chosen and pays the
+    sum of those groups' rates, and the slot is ``below(its slots)`` among them in slot order.
+    So any ``m`` consecutive draws give each group ``m * rate / sum`` of them to within the
+    number of groups; a group without a slot neither earns nor is chosen. Returns the draws as
+    uint32 bytes and the new SplitMix64 state."""
+    slots, rate, credit = _u32(groups), _u64(rates), memoryview(credits).cast("B").cast("q")
+    if not len(slots) or len(credit) != len(rate):
+        raise ValueError("source_picks(): no slots, or not one credit per rate")
+    members: list[list[int]] = [[] for _ in rate]
+    for i, g in enumerate(slots):
+        if g >= len(rate):
+            raise IndexError("source_picks(): group out of range")
+        members[g].append(i)
+    present = [g for g in range(len(rate)) if members[g]]
+    total = sum(rate[g] for g in present)
+    if not total:
+        raise ValueError("source_picks(): every present group has rate 0")
+    rng, out = SplitMix64(state), array("I")
+    c = [credit[g] for g in range(len(rate))]
+    for _ in range(k):
+        best = present[0]
+        for g in present:
+            c[g] += rate[g]
+            if c[g] > c[best]:
+                best = g
+        c[best] -= total
+        chosen = members[best]
+        out.append(chosen[rng.below(len(chosen))])
+    for g in range(len(rate)):
+        credit[g] = c[g]
+    return out.tobytes(), rng.position

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prefetchd.messages.shard_mix import ShardMix, ShardPart, Step
+from prefetchd.write.mixing import SourceDraw
 from prefetchd.write.objects import OpenObject
 
 
@@ -25,10 +26,16 @@ class Composition:
         self.steps: list[Step] = []
 
     def step(
-        self, mixable: Sequence[OpenObject], picks: tuple[int, int], at: int, stop: int
+        self,
+        mixable: Sequence[OpenObject],
+        picks: tuple[int, int],
+        at: int,
+        stop: int,
+        draw: SourceDraw | None = None,
     ) -> None:
         """Records ``[at, stop)`` of the draws ``picks`` (``(state, count)``) over ``mixable``
-        were written; called before the objects' ``taken`` moves past them."""
+        were written; called before the objects' ``taken`` moves past them. ``draw``: what
+        else drew them, if by source (``mixing.SourceDraw``)."""
         slots = []
         for obj in mixable:
             slot = self.slots.get(obj.name)
@@ -37,7 +44,8 @@ class Composition:
                 self.names.append(obj.name)
                 self.starts.append(obj.taken)
             slots.append(slot)
-        self.steps.append((picks[0], picks[1], at, stop, tuple(slots)))
+        by_source = draw.numbers() if draw is not None else None
+        self.steps.append((picks[0], picks[1], at, stop, tuple(slots), by_source))
 
     def mix(self, open_objects: Sequence[OpenObject], finished: Sequence[OpenObject]) -> ShardMix:
         """The shard's mix at its commit: ``open_objects`` still open, ``finished`` drained."""

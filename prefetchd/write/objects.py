@@ -101,6 +101,8 @@ class OpenObject:
     measured: int = 0  # ``held()`` when the mixer last looked (after it changed the batch)
     measured_frames: int = 0  # ... and the frames and bytes of the batch then
     measured_bytes: int = 0
+    seen_records: int = 0  # records and frame bytes of the batches it gave the mixer so far
+    seen_bytes: int = 0  # (the mixer's records per byte of its source: mixing.SourceRates)
 
     def held(self) -> int:
         """The bytes this object keeps in memory: its current batch and its iterator's."""

@@ -242,7 +242,11 @@ class Writer:
             self.publisher.shard_for(epoch).write_frames(drawn.parts, drawn.records)
             assert self.mixer.picks_from is not None  # draw() drew them
             self.publisher.composition.step(
-                mixable, self.mixer.picks_from, drawn.stop - drawn.records, drawn.stop
+                mixable,
+                self.mixer.picks_from,
+                drawn.stop - drawn.records,
+                drawn.stop,
+                self.mixer.draw_from,
             )
         self.mixer.advance(mixable, drawn)
 

@@ -52,10 +52,13 @@ RESUME_TRAINER = "tests.e2e.records_resume_trainer"
 WEIGHTS = {"web": 0.6, "code": 0.3, "books": 0.1}
 EPOCHS = 2
 WINDOW = 1000
-# A window's share of a source may differ this much from the epoch's (measured 0.053-0.057
-# alone, up to 0.079 on a loaded machine, where writers that find ready/ empty draw from fewer
-# objects; the writers draw uniformly across their open objects: docs/sources.md).
-WINDOW_SLACK = 0.10
+# A window's share of a source may differ this much from the epoch's, by output.writers
+# (docs/sources.md, "Measured"): one writer draws each record's source at its rate (measured
+# 0.013-0.015 alone, up to 0.032 with three such tests at once); two writers are starved
+# (downloads from moto trail them: 1-6 objects open of 64 most of the time) and draw from the
+# few objects that arrived (0.034-0.049 alone, 0.034-0.048 loaded). Before, the uniform draw
+# across open objects measured 0.137 with one writer and 0.053-0.079 with two.
+WINDOW_SLACK = {1: 0.05, 2: 0.07}
 
 
 @dataclass
@@ -244,15 +247,19 @@ def check_windows(tokens: list[bytes]) -> float:
     return worst
 
 
+@pytest.mark.parametrize("writers", [1, 2])
 def test_three_sources_by_weight_exactly_once_in_proportion_and_interleaved(
     tmp_path: Path,
     s3_client: Any,
     bucket: str,
     write_config: Callable[..., Path],
     run_daemon: Callable[..., Any],
+    writers: int,
 ) -> None:
     up = upload(s3_client, bucket)
-    config = mixed_config(tmp_path, "a", write_config, bucket, output__mix=64)
+    config = mixed_config(
+        tmp_path, "a", write_config, bucket, output__mix=64, output__writers=writers
+    )
     daemon = run_daemon(config)
     epochs = read_epochs(config)
     assert daemon.wait(120) == 0, daemon.output()
@@ -269,7 +276,7 @@ def test_three_sources_by_weight_exactly_once_in_proportion_and_interleaved(
         for name, weight in WEIGHTS.items():
             assert abs(shares[name] - weight) <= 0.01, (e, shares)
         assert len(tokens) >= 3 * WINDOW
-        assert check_windows(tokens) <= WINDOW_SLACK, f"epoch {e}: windows"
+        assert check_windows(tokens) <= WINDOW_SLACK[writers], f"epoch {e}: windows"
     assert epochs[0] != epochs[1]
 
 

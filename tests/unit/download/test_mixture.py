@@ -134,6 +134,31 @@ def test_the_interleaving_keeps_every_stretch_in_proportion() -> None:
             assert abs(done[s] - progress * float(quota[s])) <= 2 * 300, (seq, done)
 
 
+@settings(max_examples=30, deadline=None)
+@given(jobs())
+def test_each_of_2_4_or_8_writers_gets_each_source_s_objects_in_turn(plan: Streams) -> None:
+    """Writers take objects ``seq % writers``: the balanced order deals each source's objects
+    evenly to them (to within two), the same objects as merged, each moved only a few places
+    (bench.studies.mix_windows: left to chance, a writer's share of a source drifted by
+    several points over stretches of an epoch)."""
+    mix, merged = epoch_mix(plan, 0), epoch_mix(plan, 0, balanced=False)
+    entries = list(zip(mix.sources, mix.periods, mix.rows, strict=True))
+    before = list(zip(merged.sources, merged.periods, merged.rows, strict=True))
+    assert sorted(entries) == sorted(before)
+    where = {entry: i for i, entry in enumerate(before)}
+    assert max(abs(where[entry] - i) for i, entry in enumerate(entries)) <= 8 * len(plan.sizes)
+    for writers in (2, 4, 8):
+        for source in range(len(plan.sizes)):
+            turns = Counter(i % writers for i, s in enumerate(mix.sources) if s == source)
+            counts = [turns[w] for w in range(writers)]
+            assert max(counts) - min(counts) <= 2, (writers, source, counts)
+
+
+def test_one_source_s_order_is_not_rebalanced() -> None:
+    plan = streams([[100, 200, 300, 400] * 10], [1.0], REPEAT)
+    assert epoch_mix(plan, 0) == epoch_mix(plan, 0, balanced=False)
+
+
 def test_weights_by_epoch_apply_from_their_epoch_and_the_streams_go_on() -> None:
     schedule = ((2, (("s0", 1.0), ("s1", 3.0))),)
     plan = streams([[10] * 100, [10] * 100], [3.0, 1.0], STOP, schedule)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from array import array
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -86,18 +87,51 @@ def test_the_objects_of_a_1m_object_epoch_stay_small() -> None:
 def _expand(mix: ShardMix) -> list[str]:
     """The object of every record of the shard, one by one (what ``trained`` avoids)."""
     names = []
-    for state, count, at, stop, slots in mix.steps:
-        picks = memoryview(choice.KERNEL.picks(len(slots), count, state)[0]).cast("I")
+    for state, count, at, stop, slots, by_source in mix.steps:
+        if by_source is None:
+            drawn = choice.KERNEL.picks(len(slots), count, state)[0]
+        else:
+            groups, rates, credits = by_source
+            drawn = choice.KERNEL.source_picks(
+                array("I", groups).tobytes(),
+                array("Q", rates).tobytes(),
+                array("q", credits),
+                count,
+                state,
+            )[0]
+        picks = memoryview(drawn).cast("I")
         names += [mix.objects[slots[p]].name for p in picks[at:stop]]
     return names
 
 
 def test_a_shard_mix_tells_which_objects_the_first_k_records_came_from() -> None:
     parts = tuple(ShardPart(f"e00000-00000000{i}-{'0' * 24}", 0, 0, False) for i in range(3))
-    steps = ((11, 50, 0, 20, (0, 1)), (11, 50, 20, 50, (0, 1)), (99, 30, 0, 25, (0, 1, 2)))
+    steps = (
+        (11, 50, 0, 20, (0, 1), None),
+        (11, 50, 20, 50, (0, 1), None),
+        (99, 30, 0, 25, (0, 1, 2), None),
+    )
     mix = ShardMix.decode(ShardMix(parts, steps).encode())
     every = _expand(mix)
     for k in (0, 1, 19, 20, 21, 50, 60, 75):
+        assert mix.trained(k) == {n: c for n, c in Counter(every[:k]).items()}
+
+
+def test_a_shard_mix_drawn_by_source_tells_which_objects_the_first_k_records_came_from() -> None:
+    """Steps drawn by source (``sources:``): each slot's source, the rates and the credits
+    before the draw are kept, and ``trained`` redraws the same choices from them."""
+    parts = tuple(ShardPart(f"e00000-00000000{i}-{'0' * 24}", 0, 0, False) for i in range(4))
+    by_source = ((0, 1, 0, 2), (3 << 30, 1 << 30, 1 << 28), (5, -7, 2))
+    steps = (
+        (11, 60, 0, 30, (0, 1, 2, 3), by_source),
+        (11, 60, 30, 60, (0, 1, 2, 3), by_source),
+        (99, 30, 0, 25, (0, 1, 2), None),
+    )
+    mix = ShardMix.decode(ShardMix(parts, steps).encode())
+    assert mix.steps == steps
+    every = _expand(mix)
+    assert every != _expand(ShardMix(parts, tuple((*s[:5], None) for s in steps)))
+    for k in (0, 1, 29, 30, 31, 60, 70, 85):
         assert mix.trained(k) == {n: c for n, c in Counter(every[:k]).items()}
 
 

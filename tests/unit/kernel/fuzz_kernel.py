@@ -5,9 +5,10 @@ That module is ``_native.c`` built with AddressSanitizer and UndefinedBehaviorSa
 process runs with ``libasan`` preloaded and ``PYTHONMALLOC=malloc`` (so every Python buffer is
 a malloc block with a red zone after it). Hypothesis draws tar streams (random blocks, made-up
 headers with every number form and type flag, real tars mutated with their checksums fixed),
-TFRecord files (valid, truncated, corrupted lengths and CRCs, lengths that pass their CRC) and
-text for ``frame_lines``; each call goes to the sanitized C module and to the Python twin,
-which must return the same (buffers compared by their bytes) or raise the same exception class
+TFRecord files (valid, truncated, corrupted lengths and CRCs, lengths that pass their CRC),
+text for ``frame_lines`` and the writers' draws by source (``source_picks``); each call goes to
+the sanitized C module and to the Python twin, which must return the same (buffers compared by
+their bytes) or raise the same exception class
 (framing faults: the same offset and reason). The C side gets its input in a buffer allocated
 to its exact size, so a read one byte past the end is a sanitizer report, not a read of a
 ``bytes`` object's trailing NUL. Exits 0 when every example agreed; a sanitizer report
@@ -310,7 +311,45 @@ def fuzz_lines(buf: bytes, key: bytes, first: int, final: bool) -> None:
     agree("frame_lines", (buf, key, first, final), (exact(buf), exact(key), first, final))
 
 
+# --- the writers' draw by source ------------------------------------------------------------
+
+
+def exact_credits(values: list[int]) -> array[int]:
+    """int64 credits in a malloc block of exactly their size (see ``exact``)."""
+    buffer = array("q", [0]) * len(values)
+    for i, value in enumerate(values):
+        buffer[i] = value
+    return buffer
+
+
+@FUZZ
+@given(
+    st.lists(st.integers(0, 5), max_size=70),
+    st.lists(st.integers(0, 2**34), max_size=5),
+    st.integers(0, 300),
+    st.integers(0, 2**64 - 1),
+    st.data(),
+)
+def fuzz_source_picks(
+    groups: list[int], rates: list[int], k: int, state: int, data: st.DataObject
+) -> None:
+    """Slots of sources that exist or not, rates of 0 or not, credits one per rate or not:
+    the same draws, credits and errors from both (the credits are moved in place)."""
+    size = data.draw(st.sampled_from([len(rates), len(rates), max(0, len(rates) - 1)]))
+    credits = data.draw(st.lists(st.integers(-(2**40), 2**40), min_size=size, max_size=size))
+    slots, weights = array("I", groups).tobytes(), array("Q", rates).tobytes()
+
+    def run(impl: Any, native: bool) -> tuple[Any, bytes]:
+        moved = exact_credits(credits)
+        buffers = (exact(slots), exact(weights)) if native else (slots, weights)
+        return impl.source_picks(*buffers, moved, k, state), bytes(moved)
+
+    want, got = outcome(lambda: run(twin, False)), outcome(lambda: run(C, True))
+    if want != got:
+        raise AssertionError(f"source_picks differs:\n twin: {want!r}\n    C: {got!r}")
+
+
 if __name__ == "__main__":
-    for fuzz in (fuzz_tar, fuzz_tfrecord, fuzz_lines):
+    for fuzz in (fuzz_tar, fuzz_tfrecord, fuzz_lines, fuzz_source_picks):
         fuzz()
         print(f"{fuzz.__name__}: {EXAMPLES} examples agreed", flush=True)

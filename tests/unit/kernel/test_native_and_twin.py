@@ -310,6 +310,60 @@ def test_seeded_draws_are_the_same_in_both() -> None:
     assert sorted(memoryview(perm).cast("I")) == list(range(1000))
 
 
+def draw_by_source(
+    impl: Any, groups: list[int], rates: list[int], credits: list[int], k: int
+) -> Any:
+    c = array("q", credits)
+    picks, state = impl.source_picks(
+        array("I", groups).tobytes(), array("Q", rates).tobytes(), c, k, 77
+    )
+    return list(memoryview(picks).cast("I")), state, list(c)
+
+
+def test_draws_by_source_are_the_same_in_both() -> None:
+    rng = random.Random(5)
+    for _ in range(50):
+        sources = rng.randint(1, 4)
+        groups = [rng.randrange(sources) for _ in range(rng.randint(1, 40))]
+        rates = [rng.randint(1, 2**32) for _ in range(sources)]
+        credits = [rng.randint(-(2**33), 2**33) for _ in range(sources)]
+        k = rng.randint(0, 500)
+        assert draw_by_source(twin, groups, rates, credits, k) == draw_by_source(
+            native, groups, rates, credits, k
+        )
+
+
+@pytest.mark.parametrize("impl", [twin, native])
+def test_a_draw_by_source_gives_each_source_its_rate_in_any_window(impl: Any) -> None:
+    """Sources 0, 1, 2 at 85, 11 and 4 % (source 1's only slot is 3; source 3 has no slot,
+    so earns nothing): in every window of 100 draws each present source is within 2 draws of
+    its rate, and a source's slots share its draws."""
+    groups = [0, 0, 2, 1, 0, 2, 0]
+    rates = [85 << 20, 11 << 20, 4 << 20, 50 << 20]
+    picks, _, credits = draw_by_source(impl, groups, rates, [0, 0, 0, 0], 20000)
+    sources = [groups[p] for p in picks]
+    for start in range(0, len(sources) - 100, 37):
+        window = sources[start : start + 100]
+        for source, share in ((0, 85), (1, 11), (2, 4)):
+            assert abs(window.count(source) - share) <= 2, (start, source)
+    assert credits[3] == 0
+    by_slot = [picks.count(i) for i in range(len(groups))]
+    assert by_slot[3] == sources.count(1)
+    assert min(by_slot[i] for i in (0, 1, 4, 6)) > 0.2 * 17000 / 4
+
+
+def test_a_draw_by_source_refuses_what_it_cannot_draw_from() -> None:
+    for impl in (twin, native):
+        with pytest.raises(ValueError):
+            draw_by_source(impl, [], [1], [0], 3)  # no slot
+        with pytest.raises(ValueError):
+            draw_by_source(impl, [0], [1, 1], [0], 3)  # not one credit per rate
+        with pytest.raises(IndexError):
+            draw_by_source(impl, [0, 2], [1, 1], [0, 0], 3)  # a slot of no source
+        with pytest.raises(ValueError):
+            draw_by_source(impl, [0], [0, 5], [0, 0], 3)  # the sources present have rate 0
+
+
 def test_masked_crc_is_tensorflows() -> None:
     from prefetchd.kernel.framing import masked_crc
 

@@ -23,8 +23,8 @@ OPERATIONS = {
 
 
 def test_the_contract_has_the_operations_the_stages_call() -> None:
-    assert len(OPERATIONS) == 13, sorted(OPERATIONS)
-    assert {"check_tar", "frame_tar", "check_file", "interleave"} <= OPERATIONS
+    assert len(OPERATIONS) == 14, sorted(OPERATIONS)
+    assert {"check_tar", "frame_tar", "check_file", "interleave", "source_picks"} <= OPERATIONS
 
 
 @pytest.mark.parametrize("kernel", [twin, native], ids=["twin", "C"])
