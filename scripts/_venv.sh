@@ -91,6 +91,16 @@ else
     echo "using $VENV (prefetchd[$EXTRAS] already installed for this pyproject.toml)"
 fi
 
+# The editable install builds the C record kernel once; a checkout whose _native.c changed
+# since (a pull, a merge) would go on importing the old build, which lacks what the new Python
+# calls. Rebuild it in place when the source is newer than the build (a few seconds).
+_venv_so=("$ROOT"/prefetchd/kernel/_native.cpython-*.so)
+if [ ! -e "${_venv_so[0]}" ] || [ "$ROOT/prefetchd/kernel/_native.c" -nt "${_venv_so[0]}" ]; then
+    say "building the C record kernel (prefetchd/kernel/_native.c changed)"
+    (cd "$ROOT" && "$PY" setup.py -q build_ext --inplace) ||
+        echo "warning: the C record kernel did not build; the writers use its Python twin"
+fi
+
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
-unset _venv_python _venv_want _venv_have _venv_tf
+unset _venv_python _venv_want _venv_have _venv_tf _venv_so
