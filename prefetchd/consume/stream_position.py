@@ -28,7 +28,7 @@ from prefetchd.consume.position_format import (
 )
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.errors import PositionError
-from prefetchd.exactly_once.trained_objects import ListingId, TrainedObjects, job_tag
+from prefetchd.exactly_once.trained_objects import ListingId, TrainedObjects
 from prefetchd.fence import read_fence
 from prefetchd.layout import (
     Layout,
@@ -45,7 +45,6 @@ __all__ = [
     "StreamPosition",
     "check_job",
     "free_saved",
-    "job_tag",
     "parse_position",
     "take_back",
 ]

@@ -245,10 +245,14 @@ def dataset_digest(config: Config) -> str:
     return hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def job_tag(config: Config) -> dict[str, Any]:
+def job_tag(config: Config, resumed: int | None) -> dict[str, Any]:
     """What a position is only valid for: the dataset (a hash of what selects and parses its
-    records), the shuffle seed, and this host's share (``[worker_index, num_workers]``)."""
+    records), the shuffle seed, and this host's share (``[worker_index, num_workers]``); with
+    ``sharding.resume_from``, ``resumed``: the epoch the job resumed on other hosts
+    (``resumed_epoch``, which reads the files; this is pure)."""
     epochs, sharding = config.epochs, config.sharding
+    if (resumed is None) != (sharding.resume_from is None):
+        raise ValueError("job_tag: resumed is given exactly when sharding.resume_from is set")
     tag: dict[str, Any] = {
         "dataset": dataset_digest(config),
         "seed": epochs.seed if epochs.shuffle else None,
@@ -256,18 +260,17 @@ def job_tag(config: Config) -> dict[str, Any]:
     }
     if sharding.resume_from is not None:
         # the epoch this job resumed on other hosts: its objects are not the whole share's
-        tag["resumed"] = _resumed_epoch(config)
+        tag["resumed"] = resumed
     return tag
 
 
-_RESUMED: dict[tuple[str, int], int] = {}  # (resume_from, num_workers) -> its epoch, per process
-
-
-def _resumed_epoch(config: Config) -> int:
-    key = (str(config.sharding.resume_from), config.sharding.num_workers)
-    if key not in _RESUMED:
-        _RESUMED[key] = read_host_positions(config).epoch
-    return _RESUMED[key]
+def resumed_epoch(config: Config) -> int | None:
+    """The epoch a job with ``sharding.resume_from`` resumed on another number of hosts: the
+    one its old hosts' positions stand in (read from the files; raises ``ResumeError``).
+    None without ``sharding.resume_from``."""
+    if config.sharding.resume_from is None:
+        return None
+    return read_host_positions(config).epoch
 
 
 # --- the old job's positions, for a resume with another number of hosts ----------------------
