@@ -26,6 +26,7 @@ from prefetchd.consume.job_guard import JobGuard
 from prefetchd.consume.position_format import job_for
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.consume.stream_position import Position, StreamPosition, parse_position
+from prefetchd.consume.take_back import reclaim
 from prefetchd.fence import read_fence
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
@@ -114,7 +115,7 @@ class ReadyFiles(Iterator[str]):
             if fence is not None:  # ram_dir holds that job's shards: not the position's?
                 self._kept.check_job(fence.job)
             # now, not at the first next(): before any other stream of the job claims a shard
-            self._kept.reclaim(ShardReleaser.for_layout(self._layout))
+            reclaim(self._kept, ShardReleaser.for_layout(self._layout))
         self._stream = self._run()
 
     def __next__(self) -> str:

@@ -37,9 +37,9 @@ import torch.utils.data
 
 from prefetchd.config import Config, load_config
 from prefetchd.consume.claimant import ClaimantLock
-from prefetchd.consume.position_format import job_for
+from prefetchd.consume.position_format import job_for, parse_position
 from prefetchd.consume.records import Records, records
-from prefetchd.consume.stream_position import free_saved, parse_position, take_back
+from prefetchd.consume.take_back import free_saved, take_back
 from prefetchd.layout import Layout, parse_claim_name, parse_shard_name
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)
