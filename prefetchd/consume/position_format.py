@@ -33,7 +33,8 @@ from typing import Any
 
 from prefetchd.config import Config
 from prefetchd.errors import PositionError
-from prefetchd.exactly_once.trained_objects import TrainedObjects, job_tag, resumed_epoch
+from prefetchd.exactly_once.host_positions import resumed_epoch
+from prefetchd.exactly_once.trained_objects import TrainedObjects, job_tag
 from prefetchd.layout import parse_shard_name
 
 POSITION_VERSION = 2

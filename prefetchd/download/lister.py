@@ -22,8 +22,8 @@ from prefetchd.download.signals import Signals
 from prefetchd.download.stagger import start_delay
 from prefetchd.download.store import S3Client, boot_failure, list_share, make_client
 from prefetchd.errors import RuntimeFailure
+from prefetchd.exactly_once.host_positions import HostPositions, read_host_positions
 from prefetchd.exactly_once.markers import first_epoch_without
-from prefetchd.exactly_once.trained_objects import HostPositions, read_host_positions
 from prefetchd.messages.counters import DownloaderCounters
 from prefetchd.oversize import Oversized
 

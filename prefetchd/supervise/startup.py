@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass
 
 from prefetchd.config import Config
+from prefetchd.exactly_once.host_positions import HostPositions, read_host_positions
 from prefetchd.exactly_once.markers import first_epoch_without, mark_complete, mark_downloaded
 from prefetchd.exactly_once.recovery import recover, write_disks
-from prefetchd.exactly_once.trained_objects import HostPositions, read_host_positions
 from prefetchd.fence import remove_fence, write_fence
 from prefetchd.layout import Layout, is_own_file
 from prefetchd.owner import Ownership, claim_dirs

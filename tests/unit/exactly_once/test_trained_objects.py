@@ -17,17 +17,19 @@ from prefetchd.consume.position_format import job_for
 from prefetchd.download.order import SourceObject, epoch_order, host_of
 from prefetchd.download.rehost import split_remainder
 from prefetchd.download.share import ListingDigest, ShareTable
+from prefetchd.exactly_once.host_positions import (
+    ResumeError,
+    check_listings,
+    read_host_positions,
+    resumed_epoch,
+)
 from prefetchd.exactly_once.trained_objects import (
     ALL_TRAINED,
     ListingId,
-    ResumeError,
     TrainedObjects,
     add_range,
-    check_listings,
     in_ranges,
     job_tag,
-    read_host_positions,
-    resumed_epoch,
 )
 from prefetchd.kernel import choice
 from prefetchd.messages.shard_mix import ShardMix, ShardPart
