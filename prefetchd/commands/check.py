@@ -16,7 +16,7 @@ from prefetchd.download.order import in_share, matches
 from prefetchd.download.rehost import check_source, unchecked_note
 from prefetchd.download.store import S3Client, boot_failure, describe, make_client, session
 from prefetchd.errors import ConfigError, RuntimeFailure
-from prefetchd.exactly_once.trained_objects import ResumeError, read_host_positions
+from prefetchd.exactly_once.host_positions import ResumeError, read_host_positions
 from prefetchd.layout import Layout
 from prefetchd.oversize import Oversized
 from prefetchd.owner import dir_findings

@@ -147,7 +147,7 @@ HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 
 
 def _render(status: StatusRecord, *, as_json: bool, compact: bool) -> str:
-    from prefetchd.supervise.status import render_table
+    from prefetchd.supervise.status_table import render_table
 
     if not as_json:
         return render_table(status)

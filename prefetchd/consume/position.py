@@ -36,7 +36,7 @@ from typing import Any
 
 from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
-from prefetchd.consume.position_format import check_job
+from prefetchd.consume.position_format import check_job, job_for
 from prefetchd.consume.ready import ReadyFiles, ready_files
 from prefetchd.consume.stream_position import parse_position
 from prefetchd.kernel.framing import index_records
@@ -113,7 +113,7 @@ class TrainingPosition:
     def check(self, config: Config) -> None:
         """Raise ``PositionError`` (one line) if this position was saved by another job (another
         dataset, ``epochs.seed`` or host): at once, not from inside the trainer's pipeline."""
-        check_job(self._base, config)
+        check_job(self._base, job_for(config))
 
     @property
     def epoch(self) -> int:

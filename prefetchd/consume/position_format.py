@@ -1,4 +1,4 @@
-"""The one position format of every trainer: ``Position``, ``parse_position``, ``job_tag``.
+"""The one position format of every trainer: ``Position``, ``parse_position``, ``job_for``.
 
 Written by ``ReadyFiles.position()``, ``records()``'s ``position()``, ``TrainingPosition``
 (``consume/position.py``) and the torch state (``consume/torch.py``)::
@@ -18,6 +18,8 @@ pass held). Its size is one short name per shard still kept on the RAM disk (bou
 1M-object epoch), never one entry per record or object. ``job`` ties it to the dataset, seed
 and host, and (``id``, once the stream has seen the daemon's job fence, ``fence.py``) to the
 daemon's job; a position of another job, or of an unknown version, raises ``PositionError``.
+A stream computes its job's tag once (``job_for``: with ``sharding.resume_from`` it reads the
+old hosts' positions) and checks and writes positions against that.
 Version 1 positions (no ``job``, no ``claimant``) still load. Readers ignore keys they do not
 know, so a later version can add one (e.g. which objects of the interrupted epoch each host
 finished, for a changed number of hosts) without breaking this one.
@@ -31,6 +33,7 @@ from typing import Any
 
 from prefetchd.config import Config
 from prefetchd.errors import PositionError
+from prefetchd.exactly_once.host_positions import resumed_epoch
 from prefetchd.exactly_once.trained_objects import TrainedObjects, job_tag
 from prefetchd.layout import parse_shard_name
 
@@ -38,9 +41,17 @@ POSITION_VERSION = 2
 _READABLE = (1, 2)
 
 
-def check_job(raw: Mapping[str, Any], config: Config) -> None:
-    """Raise ``PositionError`` if the position ``raw`` was saved by another job."""
-    saved, here = raw.get("job"), job_tag(config)
+def job_for(config: Config) -> dict[str, Any]:
+    """The tag positions of ``config``'s job carry (``trained_objects.job_tag``). Computed
+    once per stream, dataset or position, and passed on: with ``sharding.resume_from`` it
+    reads the old hosts' positions (raises ``ResumeError``, exit 2)."""
+    return job_tag(config, resumed_epoch(config))
+
+
+def check_job(raw: Mapping[str, Any], here: Mapping[str, Any]) -> None:
+    """Raise ``PositionError`` if the position ``raw`` was saved by another job than ``here``
+    (``job_for``)."""
+    saved = raw.get("job")
     if saved is None:
         return  # version 1: saved before positions named their job
     if not isinstance(saved, Mapping):
@@ -98,11 +109,11 @@ class Position:
         return out
 
 
-def parse_position(raw: Mapping[str, Any], config: Config | None = None) -> Position:
+def parse_position(raw: Mapping[str, Any], job: Mapping[str, Any] | None = None) -> Position:
     """A saved position (``{}`` = the start); raises ``PositionError`` (a ``ValueError``)
-    naming what is wrong, or which job it belongs to if not ``config``'s."""
+    naming what is wrong, or which job it belongs to if not ``job`` (``job_for``)."""
     if not raw:
-        return Position(0, frozenset(), job=job_tag(config) if config else None)
+        return Position(0, frozenset(), job=dict(job) if job is not None else None)
     if raw.get("version") not in _READABLE:
         raise PositionError(
             f"position: version {raw.get('version')!r} is not one this prefetchd reads "
@@ -117,21 +128,20 @@ def parse_position(raw: Mapping[str, Any], config: Config | None = None) -> Posi
         raise PositionError("position: consumed must be a list of shard names")
     records = _records(raw.get("records", {}))
     claimant, holder = _tag(raw, "claimant"), _tag(raw, "holder")
-    if config is not None:
-        check_job(raw, config)
     saved_job = raw.get("job")
-    job = saved_job
-    if config is not None:
-        job = job_tag(config)
+    tag = saved_job
+    if job is not None:
+        check_job(raw, job)
+        tag = dict(job)
         if isinstance(saved_job, Mapping) and saved_job.get("id"):
-            job["id"] = saved_job["id"]  # the daemon's job: checked under its fence
+            tag["id"] = saved_job["id"]  # the daemon's job: checked under its fence
     objects = raw.get("objects")
     if objects is not None:
         try:
             TrainedObjects.from_json(objects)
         except ValueError as exc:
             raise PositionError(f"position: {exc}") from None
-    return Position(epoch, frozenset(consumed), records, claimant, job, holder, objects)
+    return Position(epoch, frozenset(consumed), records, claimant, tag, holder, objects)
 
 
 def job_id(position: Position) -> str | None:

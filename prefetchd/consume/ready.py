@@ -23,9 +23,10 @@ from prefetchd.consume.access import check_trainer_access
 from prefetchd.consume.claims import epoch_over, ready_names
 from prefetchd.consume.health import DaemonHealth, wait_for_dirs
 from prefetchd.consume.job_guard import JobGuard
+from prefetchd.consume.position_format import job_for
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.consume.stream_position import Position, StreamPosition, parse_position
-from prefetchd.exactly_once.trained_objects import job_tag
+from prefetchd.consume.take_back import reclaim
 from prefetchd.fence import read_fence
 from prefetchd.inotify import IN_MOVED_TO, Watch
 from prefetchd.layout import (
@@ -64,9 +65,10 @@ def ready_files(
     count = cfg.epochs.count
     if epoch is not None and (epoch < 0 or (count is not None and epoch >= count)):
         raise ValueError(f"epoch {epoch} is not one of this job's epochs (epochs.count={count})")
-    saved = parse_position(position, cfg) if position is not None else None
+    job = job_for(cfg)  # once per stream: with sharding.resume_from it reads positions
+    saved = parse_position(position, job) if position is not None else None
     check_trainer_access(Layout.of(cfg))
-    return ReadyFiles(cfg, epoch=epoch, timeout=timeout, grace=grace, saved=saved)
+    return ReadyFiles(cfg, epoch=epoch, timeout=timeout, grace=grace, saved=saved, job=job)
 
 
 class ReadyFiles(Iterator[str]):
@@ -93,6 +95,7 @@ class ReadyFiles(Iterator[str]):
         timeout: float | None,
         grace: float,
         saved: Position | None,
+        job: Mapping[str, Any],
     ) -> None:
         count = config.epochs.count
         first = saved.epoch if saved is not None else 0
@@ -104,7 +107,7 @@ class ReadyFiles(Iterator[str]):
         self._layout = Layout.of(config)
         self._timeout = timeout
         self._health = DaemonHealth(self._layout, grace)
-        self._kept = StreamPosition(self._layout, saved, job_tag(config))
+        self._kept = StreamPosition(self._layout, saved, job)
         self.keep_at_end = False  # True: the shards stay until release() (read-ahead callers)
         self.ended = False  # every epoch it was asked for was delivered
         if saved is not None and saved.claimant is not None and self._layout.ram_claimed.is_dir():
@@ -112,7 +115,7 @@ class ReadyFiles(Iterator[str]):
             if fence is not None:  # ram_dir holds that job's shards: not the position's?
                 self._kept.check_job(fence.job)
             # now, not at the first next(): before any other stream of the job claims a shard
-            self._kept.reclaim(ShardReleaser.for_layout(self._layout))
+            reclaim(self._kept, ShardReleaser.for_layout(self._layout))
         self._stream = self._run()
 
     def __next__(self) -> str:

@@ -3,14 +3,13 @@
 The position it writes is ``consume/position_format.py``'s. Resumable streams keep the shards
 they yielded on the RAM disk until a position the trainer has certainly saved covers them;
 after a crash the daemon returns them to ``ready/``, and a stream resumed from the saved
-position first takes back what the saved one held (``reclaim``: freeing the shards it covers,
-reading first the ones it was in, skipping their trained records): exactly once relative to it.
+position first takes back what the saved one held (``take_back.py``): exactly once relative to
+it. Which objects the covered shards held is ``trained_shards.py``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -27,27 +26,21 @@ from prefetchd.consume.position_format import (
     parse_position,
 )
 from prefetchd.consume.releaser import ShardReleaser
-from prefetchd.errors import PositionError
-from prefetchd.exactly_once.trained_objects import ListingId, TrainedObjects, job_tag
-from prefetchd.fence import read_fence
+from prefetchd.consume.trained_shards import TrainedShards
+from prefetchd.exactly_once.trained_objects import TrainedObjects
 from prefetchd.layout import (
     Layout,
     claim_name,
     parse_claim_name,
-    parse_object_name,
     parse_shard_name,
 )
-from prefetchd.messages.shard_mix import ShardMix
 
 __all__ = [
     "POSITION_VERSION",
     "Position",
     "StreamPosition",
     "check_job",
-    "free_saved",
-    "job_tag",
     "parse_position",
-    "take_back",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,7 +60,7 @@ class StreamPosition:
     def __init__(
         self, layout: Layout, saved: Position | None, job: Mapping[str, Any] | None = None
     ) -> None:
-        self._layout = layout
+        self.layout = layout
         self.resumable = saved is not None
         self.skip = set(saved.consumed) if saved is not None else set()
         self.epoch = saved.epoch if saved is not None else 0
@@ -78,22 +71,12 @@ class StreamPosition:
         self.reclaimed: list[str] = []  # shards in progress taken back: yielded first
         self.releaser: ShardReleaser | None = None  # the process's, once the stream has one
         # which objects of the epoch the covered shards held (positions, for a resume on
-        # another number of hosts; ``trained_objects.py``): carried over from the saved
-        # position
-        self.trained: TrainedObjects | None = None
-        self._folded: set[str] = set()  # claims ``snapshot`` added to ``trained`` already
-        # each epoch's ``epochs/<k>.listing``, read once per epoch (not per claim)
-        self._listings: dict[int, ListingId | None] = {}
+        # another number of hosts): carried over from the saved position
+        self.objects = (
+            TrainedShards.resumed(layout, saved) if saved is not None else TrainedShards(layout)
+        )
+        self._folded: set[str] = set()  # claims ``snapshot`` folded into ``objects`` already
         self.handed = 0  # claims handed out, kept or not
-        if saved is not None:
-            objects = saved.objects
-            self.trained = (
-                TrainedObjects.from_json(objects)
-                if objects is not None
-                else TrainedObjects(saved.epoch)
-                if not saved.consumed and not saved.records
-                else TrainedObjects(saved.epoch, unknown="resumed from a position without them")
-            )
         self._covered: list[str] = []  # claimed names covered by the last position()
         self._since: list[str] = []  # claimed names yielded since the last position()
         self._lock = threading.Lock()  # _covered and _since
@@ -147,7 +130,7 @@ class StreamPosition:
         self._covered, self._since = self._since[:cut], self._since[cut:]
         for claim in map(parse_claim_name, self._covered):
             if claim is not None:
-                self._fold(claim[1], None)
+                self.objects.fold(claim[1])
         # Shards the saved position covered that have not come back yet (their dead claimant's
         # claims are returned about once a second) stay covered by this one too.
         covered = [claim[1] for claim in map(parse_claim_name, self._covered) if claim]
@@ -168,72 +151,10 @@ class StreamPosition:
         claimant = self.releaser.claimant if self.releaser is not None else None
         # Records of a shard the saved position was in and that has not come back yet stay.
         records = {**{n: k for n, k in self.resume_records.items() if k}, **records}
-        trained = self._objects(epoch, records) if objects else None
+        trained = self.objects.objects(epoch, records) if objects else None
         return Position(
             epoch, frozenset(consumed), records, claimant, self.job, objects=trained
         ).to_json()
-
-    def _objects(self, epoch: int, records: Mapping[str, int]) -> dict[str, Any] | None:
-        """The ``objects`` of a position of ``epoch``: what the covered shards held, and the
-        first ``records[shard]`` records of each shard in progress."""
-        if self.trained is None:
-            return None
-        reading = {p.epoch for p in map(parse_shard_name, records) if p is not None}
-        if self.trained.epoch == epoch:
-            view = self.trained.copy()
-        elif self.trained.epoch < epoch and epoch in reading:
-            view = TrainedObjects(epoch)  # no shard of ``epoch`` covered yet
-        elif self.trained.epoch < epoch:
-            # past the end of the last epoch it read (a DataLoader worker's ended pass): what it
-            # trained of that one, which a resume on other hosts adds to its host's
-            return self.trained.to_json()
-        else:
-            view = TrainedObjects(epoch, unknown="a shard of an earlier epoch is kept")
-        for shard, trained in sorted(records.items()):
-            self._fold(shard, trained, view)
-        return view.to_json()
-
-    def _fold(self, shard: str, records: int | None, into: TrainedObjects | None = None) -> None:
-        """Add what shard ``shard`` holds (its first ``records``; all if None) to the objects
-        trained         (``into``, or the stream's, which moves on to a later epoch's shard)."""
-        parsed = parse_shard_name(shard)
-        trained = into if into is not None else self.trained
-        if trained is None or parsed is None or parsed.epoch < trained.epoch:
-            return
-        if parsed.epoch > trained.epoch:
-            if into is not None:
-                return
-            trained = self.trained = TrainedObjects(parsed.epoch)
-        if trained.unknown is not None:
-            return
-        if trained.listing is None:
-            trained.listing = self._listing(trained.epoch)
-        try:
-            mix = ShardMix.decode(self._layout.shard_mix(shard).read_bytes())
-        except (OSError, ValueError) as exc:
-            trained.unknown = f"shard {shard}'s mix is not readable ({exc})"
-            return
-        counts = None if records is None else mix.trained(records)
-        for part in mix.objects:
-            name = parse_object_name(part.name)
-            taken = part.count if counts is None else counts.get(part.name, 0)
-            if name is None or (taken == 0 and not (part.last and counts is None)):
-                continue
-            end = part.start + part.count if part.last and taken == part.count else None
-            trained.add(name[1], part.start, taken, end)
-
-    def _listing(self, epoch: int) -> ListingId | None:
-        """The listing the daemon laid epoch ``epoch`` out over; None if it wrote none (an
-        older release) or it is not readable, which a resume on other hosts warns of."""
-        if epoch not in self._listings:
-            for done in [k for k in self._listings if k < epoch - 1]:
-                del self._listings[done]  # an endless job would keep one per epoch
-            try:
-                raw = json.loads(self._layout.epoch_listing(epoch).read_bytes())
-                self._listings[epoch] = ListingId.from_json(raw)
-            except (OSError, ValueError):
-                self._listings[epoch] = None
-        return self._listings[epoch]
 
     def snapshot(self, unfinished: int, records: Mapping[str, int]) -> dict[str, Any]:
         """A position covering every claim yielded but the last ``unfinished``, with the
@@ -243,7 +164,7 @@ class StreamPosition:
         since are left out, so it stays as small as what the RAM disk keeps."""
         with self._lock:
             kept = [
-                c for c in self._covered + self._since if (self._layout.ram_claimed / c).exists()
+                c for c in self._covered + self._since if (self.layout.ram_claimed / c).exists()
             ]
             self._covered, self._since = [], kept
             done = kept[: max(0, len(kept) - unfinished)]
@@ -253,7 +174,7 @@ class StreamPosition:
             self._folded = {c for c in self._folded if c in kept} | set(fresh)
         for claim in map(parse_claim_name, fresh):
             if claim is not None:
-                self._fold(claim[1], None)
+                self.objects.fold(claim[1])
         consumed = [c[1] for c in map(parse_claim_name, done) if c] + sorted(self.skip)
         in_progress = [c[1] for c in map(parse_claim_name, reading) if c] + list(records)
         epochs = [p[0] for p in map(parse_shard_name, in_progress) if p is not None]
@@ -268,7 +189,7 @@ class StreamPosition:
         # what was handed out before is not kept, nor known: unless nothing was
         late = "the stream became resumable after it had handed out shards"
         unknown = late if self.handed else None
-        self.trained = TrainedObjects(self.epoch, unknown=unknown)
+        self.objects.trained = TrainedObjects(self.epoch, unknown=unknown)
         if reading is not None:
             with self._lock:
                 self._since.append(reading)
@@ -279,60 +200,6 @@ class StreamPosition:
         """The claims this stream keeps (yielded, not freed)."""
         with self._lock:
             return self._covered + self._since
-
-    def reclaim(self, releaser: ShardReleaser) -> None:
-        """Take back what the saved position's process held, before claiming anything new:
-        the shards it covers are freed, those it was reading are claimed for this stream
-        (``reclaimed``, yielded first, their trained records skipped). Wherever the daemon
-        has put them (still under the dead claimant, or back in ``ready/``), no other trainer
-        process can get them first if every process of the job reclaims before it claims.
-
-        Raises ``PositionError`` if a shard the position was reading is gone (the RAM disk was
-        emptied, or a later position was saved and its shards freed)."""
-        saved = self.saved
-        if saved is None or saved.claimant is None:
-            return
-        owners = [saved.claimant, *filter(None, [saved.holder])]
-        where = [f"epoch {saved.epoch}: {len(saved.consumed)} shards done"]
-        for shard in sorted(saved.consumed):
-            taken = self._take(shard, owners, releaser)
-            if taken is not None:
-                self.skip.discard(shard)
-                self.free([taken])
-        for shard, trained in sorted(saved.records.items()):
-            taken = self._take(shard, owners, releaser)
-            if taken is not None:
-                self.reclaimed.append(taken)
-                where.append(f"{shard} from record {trained}")
-                log.info(
-                    "resuming epoch %d inside %s after its first %d records",
-                    saved.epoch,
-                    shard,
-                    trained,
-                )
-            elif trained:
-                raise PositionError(
-                    f"position: shard {shard}, of which it trained {trained} records, is no "
-                    "longer on the RAM disk (a later position of this job was saved and freed "
-                    "it, or the daemon's RAM disk was emptied): resume from the newest position"
-                )
-        releaser.note_resumed(", ".join(where))
-
-    def _take(self, shard: str, owners: list[str], releaser: ShardReleaser) -> str | None:
-        """Claim ``shard`` for this process from a dead owner's claim or ``ready/``."""
-        lay = self._layout
-        mine = claim_name(releaser.claimant, shard)
-        sources = [lay.ram_claimed / claim_name(o, shard) for o in owners] + [lay.ram_ready / shard]
-        for _ in range(3):  # the daemon may move it from claimed/ to ready/ meanwhile
-            for source in sources:
-                releaser.track(mine, retain=True)
-                try:
-                    os.rename(source, lay.ram_claimed / mine)
-                except FileNotFoundError:
-                    releaser.untrack(mine)
-                    continue
-                return mine
-        return None
 
     def hand_off(self, holder: str) -> None:
         """The stream ended in a process that may exit before a saved position covers what it
@@ -345,7 +212,7 @@ class StreamPosition:
         for claimed in fresh:  # the pass ended: all of them were read
             parsed = parse_claim_name(claimed)
             if parsed is not None:
-                self._fold(parsed[1], None)
+                self.objects.fold(parsed[1])
         for claimed in kept:
             parsed = parse_claim_name(claimed)
             if parsed is None or parsed[0] == holder:
@@ -354,8 +221,8 @@ class StreamPosition:
                 self.releaser.untrack(claimed)
             with contextlib.suppress(FileNotFoundError):
                 os.rename(
-                    self._layout.ram_claimed / claimed,
-                    self._layout.ram_claimed / claim_name(holder, parsed[1]),
+                    self.layout.ram_claimed / claimed,
+                    self.layout.ram_claimed / claim_name(holder, parsed[1]),
                 )
 
     def free(self, claimed: list[str]) -> None:
@@ -363,7 +230,7 @@ class StreamPosition:
         for name in claimed:
             if self.releaser is not None:
                 self.releaser.untrack(name)
-            retire(self._layout.ram_claimed, self._layout.ram_done, name)
+            retire(self.layout.ram_claimed, self.layout.ram_done, name)
 
     def give_back(self) -> None:
         """Return the claims yielded since the last ``position()`` to ``ready/`` unread."""
@@ -372,7 +239,7 @@ class StreamPosition:
         for claimed in since:
             if self.releaser is not None:
                 self.releaser.untrack(claimed)
-            give_back(self._layout, claimed)
+            give_back(self.layout, claimed)
 
     def release(self) -> None:
         """Free every claim still kept: all of them are finished."""
@@ -385,51 +252,9 @@ class StreamPosition:
         kept = self._covered + self._since
         if not kept:
             return ""
-        size = dir_bytes(self._layout.ram_claimed) if kept else 0
+        size = dir_bytes(self.layout.ram_claimed) if kept else 0
         return (
             f"; this resumable stream keeps {len(kept)} read shards on the RAM disk until "
             f"position() is called again ({size} bytes claimed in total): call position() at "
             "every checkpoint, or raise output.ram_budget"
         )
-
-
-def take_back(layout: Layout, position: dict[str, Any], keeper: str) -> None:
-    """Take back, in one process for all of its streams, what a saved position names before
-    any trainer process of the job claims a shard: the shards it covers are freed, those it was
-    reading are claimed for ``keeper`` (a live claimant), and ``position`` is updated to name
-    ``keeper`` as their claimant, so the stream resumed from it takes them from there."""
-    saved = parse_position(position)
-    fence = read_fence(layout.job_fence)
-    if fence is not None:  # the names it lists may be another job's shards
-        check_job_id(saved, fence.job)
-    owners = [o for o in (saved.claimant, saved.holder) if o is not None]
-    lay = layout
-    for shard in [*sorted(saved.consumed), *sorted(saved.records)]:
-        target = (
-            lay.ram_claimed / claim_name(keeper, shard)
-            if shard in saved.records
-            else lay.ram_done / claim_name(keeper, shard)
-        )
-        sources = [lay.ram_claimed / claim_name(o, shard) for o in owners] + [lay.ram_ready / shard]
-        for source in sources * 2:  # the daemon may move it from claimed/ to ready/ meanwhile
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(source, target)
-                break
-    if saved.records:
-        position["claimant"] = keeper
-
-
-def free_saved(layout: Layout, position: Mapping[str, Any], holder: str | None) -> int:
-    """Free the shards a position that was saved covers (its ``consumed``), wherever its
-    process or ``holder`` keeps them; returns how many were freed."""
-    claimant = position.get("claimant")
-    owners = [o for o in (claimant, position.get("holder"), holder) if isinstance(o, str)]
-    freed = 0
-    for shard in position.get("consumed", []):
-        for owner in owners:
-            name = claim_name(owner, shard)
-            if (layout.ram_claimed / name).exists():
-                retire(layout.ram_claimed, layout.ram_done, name)
-                freed += 1
-                break
-    return freed

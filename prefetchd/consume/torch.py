@@ -37,8 +37,9 @@ import torch.utils.data
 
 from prefetchd.config import Config, load_config
 from prefetchd.consume.claimant import ClaimantLock
+from prefetchd.consume.position_format import job_for, parse_position
 from prefetchd.consume.records import Records, records
-from prefetchd.consume.stream_position import free_saved, parse_position, take_back
+from prefetchd.consume.take_back import free_saved, take_back
 from prefetchd.layout import Layout, parse_claim_name, parse_shard_name
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -66,6 +67,7 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         super().__init__()
         # Loaded and checked here: a mistake shows in the trainer, not in a worker's traceback.
         self.config = config if isinstance(config, Config) else load_config(config)
+        self.job = job_for(self.config)  # what its states are checked against
         self.epoch = None if epoch is None else self._checked(epoch)
         self.timeout = timeout
         self.transform = transform
@@ -96,7 +98,7 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         if self._stream is not None:
             self._stream.keep_until_freed()
         if self._stream is None:
-            state = self._pending or parse_position({}, self.config).to_json()
+            state = self._pending or parse_position({}, self.job).to_json()
             state = {**state, "epoch": max(state["epoch"], self.current_epoch() or 0)}
         else:
             state = self._stream.snapshot()
@@ -111,7 +113,7 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         """Resume from ``state`` (one ``state_dict()`` returned) at the next ``iter()``.
         Raises ``PositionError`` (a ``ValueError``) if it is malformed, of an unknown version,
         or of another job (dataset, seed, host): never a silent fresh start."""
-        parse_position(state, self.config)  # checked here, in the process that loads it
+        parse_position(state, self.job)  # checked here, in the process that loads it
         self._pending, self._keeping = dict(state), True
 
     def saved(self, state: Any) -> int:
@@ -131,7 +133,7 @@ class RecordDataset(torch.utils.data.IterableDataset[Any]):
         if self.holder_tag is None:
             raise RuntimeError("resume() needs the daemon's RAM disk: start the daemon first")
         for position in _positions(state):
-            parse_position(position, self.config)
+            parse_position(position, self.job)
             take_back(self._layout, position, self.holder_tag)
 
     def _make_holder(self) -> None:

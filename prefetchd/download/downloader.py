@@ -1,4 +1,5 @@
-"""The downloader process: list once, then fetch each epoch's objects into the cache window.
+"""The downloader process: list once (``lister.py``), then fetch each epoch's objects into the
+cache window.
 
 Objects are fetched in the epoch's seeded order (``plan.py``), ``download.concurrency``
 requests at a time (``transfer.py``), while the raw bytes on disk stay within
@@ -21,44 +22,36 @@ import logging
 import os
 import queue
 import time
-from dataclasses import replace
 
 from prefetchd.budget import Window
 from prefetchd.child.context import ChildContext
-from prefetchd.config import ShardingConfig
 from prefetchd.download.admission import Admission
 from prefetchd.download.handover import Handover
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
+from prefetchd.download.lister import ShareLister
 from prefetchd.download.plan import EpochPlan, EpochProgress
 from prefetchd.download.probe import STALLED, Probe
 from prefetchd.download.publish import Publisher
-from prefetchd.download.rehost import split_remainder
 from prefetchd.download.restart import read_logs, roll_forward, sweep_metas
 from prefetchd.download.retries import Retries
-from prefetchd.download.share import ShareTable
 from prefetchd.download.signals import Signals
-from prefetchd.download.stagger import start_delay
-from prefetchd.download.store import S3Client, boot_failure, list_share, make_client
 from prefetchd.download.transfer import Transfer, make_transfer
-from prefetchd.errors import RuntimeFailure
 from prefetchd.exactly_once.download_log import DownloadLog
-from prefetchd.exactly_once.markers import first_epoch_without
-from prefetchd.exactly_once.trained_objects import HostPositions, read_host_positions
 from prefetchd.inotify import IN_DELETE, IN_MOVED_FROM, Watch
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import new_downloader_counters
-from prefetchd.oversize import Oversized
 
 log = logging.getLogger(__name__)
 
 
 class Downloader:
-    """The downloader process's main loop, and the parts it is made of: ``plan`` (the epochs'
-    order, what is done), ``admission`` (the window and its inotify watches), ``transfer`` (the
-    S3 client), ``publisher`` (into ``ready/``), ``retries`` (failed fetches, pauses),
-    ``handover`` (kept copies) and ``download_log``. It owns only the requests in flight
-    (``active``) and the order of the steps."""
+    """The downloader process's main loop, and the parts it is made of: ``lister`` (the
+    listing at start-up), ``plan`` (the epochs' order, what is done), ``admission`` (the
+    window and its inotify watches), ``transfer`` (the S3 client), ``publisher`` (into
+    ``ready/``), ``retries`` (failed fetches, pauses), ``handover`` (kept copies) and
+    ``download_log``. It owns only the requests in flight (``active``) and the order of the
+    steps."""
 
     transfer: Transfer  # made in run(), once the share is listed and the cache swept
 
@@ -92,6 +85,7 @@ class Downloader:
             keeper, self.counters, handoff, self.plan, self.publisher, self.active, self._handle
         )
         self.handover.signals = self.signals
+        self.lister = ShareLister(ctx, self.counters, self.signals)
         self.admission = Admission(
             self.layout, self.window, handoff, self.active, self.retries, self._refetch
         )
@@ -99,8 +93,9 @@ class Downloader:
     # --- boot ---------------------------------------------------------------------------------
 
     def run(self) -> None:
-        self._stagger()
-        self.plan.shares = self._list_shares()
+        self.lister.stagger()
+        self.plan.shares = self.lister.list_shares()
+        self.plan.remainder = self.lister.remainder
         self.handover.choose(self.plan.share)
         # Watch before the start-up sweep: a writer that deletes an object while we sweep (its
         # own recovery) must still free the window, or those bytes would be held for ever.
@@ -123,94 +118,6 @@ class Downloader:
         self._source_figures()
         self.ctx.report(force=True)
 
-    def _stagger(self) -> None:
-        """Wait this host's turn in a fleet's start (``stagger.py``), reporting meanwhile."""
-        delay = start_delay(self.config)
-        if delay <= 0:
-            return
-        log.info("waiting %.1fs before listing: hosts of the job start in turn", delay)
-        deadline = time.monotonic() + delay
-        while not self.ctx.should_stop() and time.monotonic() < deadline:
-            self.ctx.report()
-            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-
-    def _list_shares(self) -> list[ShareTable]:
-        """This host's share of every source, listed one source after another."""
-        client = make_client(self.config, pool=8, signals=self.signals)
-        return [self._list_share(client, index) for index in range(len(self.config.sources))]
-
-    def _list_share(self, client: S3Client, index: int) -> ShareTable:
-        # with several sources resume_from is refused at load: hosts is None for them
-        hosts = self._resumed_hosts()
-        # resumed on another number of hosts: every key's old host is needed, so list them all
-        listing = self.config
-        if hosts is not None:
-            listing = replace(self.config, sharding=ShardingConfig())
-        share = ShareTable()
-        oversized = Oversized(self.config, index)
-        source, sharding = self.config.sources[index], self.config.sharding
-        try:
-            for obj in list_share(client, listing, listed=self._listed, source=source):
-                share.append(obj)
-                if hosts is None:
-                    oversized.add(obj.key, obj.size)
-            share.finish()
-        except RuntimeFailure:
-            raise
-        except Exception as exc:
-            raise boot_failure(self.config, exc, source) from None
-        if hosts is not None:
-            share, remainder = split_remainder(share, self.config, hosts)
-            self.plan.remainder = remainder
-            for obj in share:  # this host's objects only, as without resume_from
-                oversized.add(obj.key, obj.size)
-            log.info(
-                "resuming epoch %d of a job of %d hosts: %d objects of this host's share left "
-                "(%d finished by the old hosts, %d records of objects begun left out)",
-                remainder.epoch,
-                hosts.num_workers,
-                len(remainder.rows),
-                remainder.objects_trained,
-                remainder.records_skipped,
-            )
-        where = f"{source.url}" if not self.config.mixed else f"{source.url} (source {source.name})"
-        if not share:
-            raise RuntimeFailure(
-                f"no objects under {where} match source.include {list(source.include)} "
-                f"for worker {sharding.worker_index} of {sharding.num_workers}"
-            )
-        log.info(
-            "%d objects, %.1f MiB in this host's share of %s (listing held in %.1f MiB)",
-            len(share),
-            share.total_size() / 2**20,
-            where,
-            share.nbytes() / 2**20,
-        )
-        if share.duplicates:
-            log.warning("%d keys were listed more than once; each is read once", share.duplicates)
-        too_large = oversized.message()
-        if too_large and self.config.output.on_bad_object == "fail":
-            raise RuntimeFailure(f"output.on_bad_object is fail: {too_large}")
-        if too_large:
-            log.warning("%s", too_large)
-        return share
-
-    def _resumed_hosts(self) -> HostPositions | None:
-        """The old job's positions, if this job resumes one run on another number of hosts
-        and its interrupted epoch is not downloaded yet."""
-        if self.config.sharding.resume_from is None:
-            return None
-        hosts = read_host_positions(self.config)
-        if first_epoch_without(self.layout.downloaded_marker) > hosts.epoch:
-            return None
-        return hosts
-
-    def _listed(self, count: int) -> None:
-        """Listing progress: status shows it (a bucket of millions of keys lists for minutes,
-        and a starving trainer should read why), and the report is this child's heartbeat."""
-        self.counters["objects_listed"] = count
-        self.ctx.report()
-
     def _recover(self) -> None:
         """Sweep what a previous run left behind; learn what is already on disk."""
         logged = read_logs(self.download_log)
@@ -220,7 +127,7 @@ class Downloader:
         self.admission.reset(on_disk)
 
     def _before_epoch(self) -> None:
-        self.handover.refresh(self._listed)
+        self.handover.refresh(self.lister.listed)
 
     def _abandon_unfinished(self) -> None:
         """On stop: remove downloads that were cancelled before they finished."""

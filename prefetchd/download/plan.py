@@ -5,13 +5,14 @@ Each epoch goes over the host's share in its seeded order (``order.epoch_permuta
 (the download log) is not fetched again, except one whose file vanished after it was published.
 When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
 Before its first job, ``epochs/<k>.listing`` names the share the order is over
-(``progress.ListingId``), for the positions trainers save (a resume on another number of hosts
-checks it).
+(``trained_objects.ListingId``), for the positions trainers save (a resume on another number
+of hosts checks it).
 
 With several sources (``sources:``) an epoch's objects come from every source's share by
 weight (``mixture.py``): each position of the order is a (source, period, row), and an object's
 hash covers its source and period too (``mixed_key_hash``), so two sources listing one key, or
-one object read twice in an epoch, never share a name or a download-log line.
+one object read twice in an epoch, never share a name or a download-log line. Each source's
+figures for the report are ``source_figures.py``'s.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from prefetchd.atomic import write_atomic
 from prefetchd.config import Config
 from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
-from prefetchd.download.mixture import EpochMix, Streams, epoch_mix, epoch_weights
+from prefetchd.download.mixture import EpochMix, Streams, epoch_mix
 from prefetchd.download.order import SourceObject, epoch_permutation
 from prefetchd.download.rehost import Remainder
 from prefetchd.download.share import ShareTable
+from prefetchd.download.source_figures import SourceFigures
 from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.exactly_once.markers import first_epoch_without, mark_downloaded
 from prefetchd.layout import (
@@ -62,18 +64,6 @@ class EpochProgress:
             self.done += 1
 
 
-class SourceFigures:
-    """Owns each source's figures in a job of several sources (``SourceStatus`` in the
-    downloader's report): objects and bytes downloaded by this process, and the epoch being
-    downloaded's planned and done bytes of each."""
-
-    def __init__(self, count: int) -> None:
-        self.objects = [0] * count
-        self.bytes = [0] * count
-        self.epoch_bytes = [0] * count
-        self.epoch_done = [0] * count
-
-
 class EpochPlan:
     """Owns the epochs this run downloads: the host's share (``share``, set once listed), each
     epoch's order over it, which of its objects are done (``epochs``: an ``EpochProgress`` per
@@ -100,7 +90,7 @@ class EpochPlan:
         self._mixes: dict[int, EpochMix] = {}  # epochs' mixed orders, the last two computed
         self._orders: dict[int, array[int]] = {}  # epochs' orders of one source, likewise
         self._streams: Streams | None = None
-        self.figures = SourceFigures(len(config.sources))
+        self.figures = SourceFigures(config)
         self.first_epoch = 0  # the first epoch this run schedules
         self.refetch: set[str] = set()  # logged as published, found gone at start-up
         # resumed on another number of hosts: what is left of the interrupted epoch
@@ -130,7 +120,10 @@ class EpochPlan:
                 self._write_listing(epoch)
             progress = EpochProgress(total, bytearray(total))
             self.epochs[epoch] = progress
-            self._start_figures(epoch)
+            mix = self.mix(epoch) if self.config.mixed else None
+            self.figures.start_epoch(
+                mix, [share.sizes() for share in self.shares] if mix is not None else []
+            )
             done_bytes = self._mark_logged(epoch, progress)
             self.counters.update(
                 {
@@ -301,50 +294,9 @@ class EpochPlan:
                     self.figures.epoch_done[source] += obj.size
         return done_bytes
 
-    def published(self, job: Job) -> None:
-        """``job``'s object was published (downloaded or handed over): its source's figures."""
-        self.figures.objects[job.source] += 1
-        self.figures.bytes[job.source] += job.obj.size
-
     def source_statuses(self, window: Mapping[str, int]) -> list[SourceStatus]:
         """Each source's figures now, with its bytes in ``window`` (name -> bytes held)."""
-        if not self.config.mixed:
-            return []
-        held = [0] * len(self.config.sources)
-        for name, size in window.items():
-            parsed = parse_object_name(name)
-            mix = self._mixes.get(parsed[0]) if parsed is not None else None
-            if parsed is not None and mix is not None and parsed[1] < len(mix):
-                held[mix.sources[parsed[1]]] += size
-        figures, config = self.figures, self.config
-        names = [s.name for s in config.sources]
-        base = [s.weight for s in config.sources]
-        weights = epoch_weights(base, names, config.epochs.weights_by_epoch, self.counters["epoch"])
-        done = sum(figures.epoch_done)
-        return [
-            SourceStatus(
-                name=names[i],
-                weight=round(float(weights[i]), 6),
-                objects_downloaded=figures.objects[i],
-                bytes_downloaded=figures.bytes[i],
-                window_bytes=held[i],
-                epoch_bytes=figures.epoch_bytes[i],
-                epoch_bytes_done=figures.epoch_done[i],
-                share=round(figures.epoch_done[i] / done, 6) if done else None,
-            )
-            for i in range(len(names))
-        ]
-
-    def _start_figures(self, epoch: int) -> None:
-        """The figures of ``epoch``, the one now downloaded: its planned bytes of each source."""
-        figures = self.figures
-        figures.epoch_bytes = [0] * len(self.config.sources)
-        figures.epoch_done = [0] * len(self.config.sources)
-        if not self.config.mixed:
-            return
-        mix, sizes = self.mix(epoch), [share.sizes() for share in self.shares]
-        for source, row in zip(mix.sources, mix.rows, strict=True):
-            figures.epoch_bytes[source] += sizes[source][row]
+        return self.figures.statuses(self.counters["epoch"], window, self._mixes)
 
     def _refetching(self, epoch: int, seq: int, digest: str) -> bool:
         name = object_name(epoch, seq, digest) if self.refetch else ""

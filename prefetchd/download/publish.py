@@ -121,7 +121,7 @@ class Publisher:
         os.rename(job.tmp, f"{self._ready_dir}/{job.name}")
         self.counters["objects_downloaded"] += 1
         self.counters["bytes_downloaded"] += job.obj.size
-        self.plan.published(job)
+        self.plan.figures.published(job)
         self.plan.mark_done(job)
 
     def note_unverified(self, job: Job) -> None:

@@ -12,7 +12,7 @@ epochs are each host's share under M, as for any job.
 The ordinals are places in each old host's order over the listing, so the listing must be the
 one the old hosts had: ``split_remainder`` recomputes each old host's share's ``ListingId``
 from the new listing and refuses one that differs from the one its positions name
-(``trained_objects.check_listings``, exit 2). The supervisor does the same before it touches
+(``host_positions.check_listings``, exit 2). The supervisor does the same before it touches
 anything (``check_source``), listing the source once more for it.
 """
 
@@ -26,12 +26,8 @@ from prefetchd.download.order import epoch_permutation, host_of
 from prefetchd.download.share import ListingDigest, ShareTable
 from prefetchd.download.store import boot_failure, list_share, make_client
 from prefetchd.errors import RuntimeFailure
-from prefetchd.exactly_once.trained_objects import (
-    ALL_TRAINED,
-    HostPositions,
-    Ranges,
-    check_listings,
-)
+from prefetchd.exactly_once.host_positions import HostPositions, check_listings
+from prefetchd.exactly_once.trained_objects import ALL_TRAINED, Ranges
 
 
 @dataclass

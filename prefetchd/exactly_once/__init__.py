@@ -14,7 +14,8 @@ files are in ``layout``'s tree; the modules here:
 ``markers``            ``epochs/<k>.downloaded`` and ``epochs/<k>.complete``
 ``recovery``           what the supervisor does at start-up about files that vanished
 ``trained_objects``    which objects of an epoch a host's trainers finished (a position's
-                       ``objects``), read back from every old host for ``sharding.resume_from``
+                       ``objects``); the job's tag a position carries
+``host_positions``     every old host's positions read back for ``sharding.resume_from``
 =====================  ==========================================================================
 
 **The downloader publishes an object** (``cache_dir``):

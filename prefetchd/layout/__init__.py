@@ -45,7 +45,7 @@ A start-up sweep deletes only names ``names.is_own_file`` recognises as ours.
         epochs/<k>.complete       every shard of epoch k published (written by the supervisor)
         epochs/<k>.keep.json      download.keep's hits and misses in epoch k (the downloader)
         epochs/<k>.listing        the listing epoch k's order is over: this host's share's
-                                  count and digest (the downloader; progress.ListingId)
+                                  count and digest (the downloader; trained_objects.ListingId)
         disks.json                the incarnation (token, boot id) of ram_dir and cache_dir
                                   this state describes (written by the supervisor)
         shards/e<k>.w<i>.log      shards of epoch k writer i published (the shard ledger,

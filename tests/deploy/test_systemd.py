@@ -130,12 +130,12 @@ def _seconds(value: str) -> float:
 
 
 def test_stop_timeout_covers_the_drain_and_the_watchdog_covers_a_restart_backoff() -> None:
-    from prefetchd.supervise import children, supervisor
+    from prefetchd.supervise import children, status_writer, supervisor
 
     svc = {k: v[-1] for k, v in unit("prefetchd@.service")["Service"].items()}
     assert _seconds(svc["TimeoutStopSec"]) >= supervisor.STOP_GRACE + 5
     # a child in backoff pauses the pings for up to BACKOFF_MAX; that alone must not kill us
-    assert _seconds(svc["WatchdogSec"]) > children.BACKOFF_MAX + supervisor.HEALTHY_HEARTBEAT
+    assert _seconds(svc["WatchdogSec"]) > children.BACKOFF_MAX + status_writer.HEALTHY_HEARTBEAT
 
 
 def test_the_drop_in_and_mount_agree_on_the_ram_disk() -> None:

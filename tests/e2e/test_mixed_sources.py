@@ -35,9 +35,9 @@ import yaml
 
 import prefetchd
 from prefetchd.config import load_config
+from prefetchd.consume.position_format import job_for
 from prefetchd.download.mixture import Streams, epoch_mix
 from prefetchd.download.order import in_share
-from prefetchd.exactly_once.trained_objects import job_tag
 from prefetchd.kernel.example_decode import parse
 from prefetchd.kernel.example_encode import encode_example
 from prefetchd.kernel.framing import frame
@@ -481,7 +481,7 @@ def test_a_trainer_killed_mid_epoch_resumes_from_its_position_exactly_once(
     assert first.wait(120) == -signal.SIGKILL
     saved = json.loads(ckpt.read_text())
     assert saved["position"]["records"], "the saved position is not inside a shard"
-    tag = job_tag(load_config(config))  # the dataset hash covers every source
+    tag = job_for(load_config(config))  # the dataset hash covers every source
     assert {k: saved["position"]["job"][k] for k in tag} == tag
     out = tmp_path / "b.json"
     second = finish_trainer(start_trainer(RESUME_TRAINER, config, out, *args, "--resume"), out)

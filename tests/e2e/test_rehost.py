@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from prefetchd.config import load_config
+from prefetchd.consume.position_format import job_for
 from prefetchd.download.order import host_of
-from prefetchd.exactly_once.trained_objects import job_tag
 from prefetchd.layout import Layout
 from testkit.trainers import finish_trainer, start_trainer
 
@@ -145,7 +145,7 @@ def test_a_missing_host_position_stops_the_daemon_with_one_line_naming_it(
     for index in (0, 2):
         home = tmp_path / f"old{index}"
         old = write_config(home, sharding__num_workers=3, sharding__worker_index=index)
-        job = job_tag(load_config(old))  # what its trainer would have saved
+        job = job_for(load_config(old))  # what its trainer would have saved
         raw = {"version": 2, "epoch": 0, "consumed": [], "records": {}, "job": job}
         (positions / f"host{index}.json").write_text(json.dumps(raw))
     config = write_config(

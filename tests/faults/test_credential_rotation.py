@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +18,12 @@ from tests.faults.faultkit import finish_reader, read_status, start_reader, wait
 from tests.faults.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
+PROXY_SEED = 4  # the fault proxy's (the `proxy` fixture's)
 
 KIB = 1024
 SIZES = [40 * KIB + 991 * i for i in range(48)]
 BEFORE = 12  # object GETs signed with the first key that the store takes
 FIRST, SECOND = "AKIAPREFETCHDROTATE1", "AKIAPREFETCHDROTATE2"
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint, seed=4) as p:
-        yield p
 
 
 def write_credentials(path: Path, key: str) -> None:

@@ -7,7 +7,7 @@ job with a tiny share, start together behind a proxy that answers 503 SlowDown t
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from tests.faults.faultkit import finish_reader, read_status, start_reader
 from tests.faults.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
+PROXY_SEED = 5  # the fault proxy's (the `proxy` fixture's)
 
 HOSTS = 8
 LIMIT = 40  # requests a second the store grants the whole fleet
@@ -25,12 +26,6 @@ OBJECTS = 96 * HOSTS  # tiny TFRecord objects: one GET each, about 96 per host a
 EPOCHS = 2
 SETTLE_S = 30.0
 WINDOW_S = 5.0
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint, seed=5) as p:
-        yield p
 
 
 def offered_rates(times: list[float], start: float, end: float) -> list[float]:

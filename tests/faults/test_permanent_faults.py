@@ -24,7 +24,7 @@ import pytest
 from prefetchd.config import load_config
 from prefetchd.layout import Layout
 from prefetchd.supervise.status import read_status as read_status_record
-from prefetchd.supervise.status import render_table
+from prefetchd.supervise.status_table import render_table
 from testkit.trainers import delivered, tree_bytes
 from tests.faults.faultkit import error_keys, finish_reader, ids_of, read_status, start_reader
 from tests.faults.faultproxy import FaultProxy, Rule

@@ -6,7 +6,7 @@ and the epoch still arrives exactly once."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +17,13 @@ from tests.faults.faultkit import finish_reader, read_status, start_reader
 from tests.faults.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
+PROXY_SEED = 6  # the fault proxy's (the `proxy` fixture's)
 
 KIB = 1024
 SIZES = [30 * KIB + 509 * i for i in range(40)]  # single GETs
 REQUESTS_PER_S = 10.0
 BYTES_PER_S = 256 * KIB
 SPAN_S = 2.0  # the stretches checked: every request's next SPAN_S seconds
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint, seed=6) as p:
-        yield p
 
 
 @pytest.mark.parametrize("client", ["classic", "crt"])

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from tests.faults.faultkit import finish_reader, read_status, start_reader, wait
 from tests.faults.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
+PROXY_SEED = 3  # the fault proxy's (the `proxy` fixture's)
 
 KIB = 1024
 SIZES = [40 * KIB + 997 * i for i in range(48)]  # 48 small objects: single GETs
@@ -30,12 +31,6 @@ OUTAGE_S = 25.0
 BEFORE = 12  # object GETs that get through before the store goes down
 STATUS_PERIOD = 1.0 + 0.5 + 0.5  # the supervisor's status, a child's report, one poll
 _PAUSE = re.compile(r"^(\S+ \S+) WARNING .*pausing downloads for ([0-9]+)s")
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint, seed=3) as p:
-        yield p
 
 
 class StatusLog:

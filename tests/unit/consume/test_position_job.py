@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from prefetchd.config import config_from_dict
-from prefetchd.consume.position_format import check_job
+from prefetchd.consume.position_format import check_job, job_for
 from prefetchd.errors import PositionError
 from prefetchd.exactly_once.trained_objects import job_tag
 
@@ -30,7 +30,7 @@ def test_one_sources_tag_is_what_it_was() -> None:
     config = config_from_dict({"source": {"url": "s3://bucket/data/"}})
     before = ["s3://bucket/data/", None, ["*"], "tfrecord", None]
     digest = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
-    assert job_tag(config)["dataset"] == digest
+    assert job_tag(config, None)["dataset"] == digest
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_one_sources_tag_is_what_it_was() -> None:
     ],
 )
 def test_a_position_of_another_mix_is_refused(other: dict[str, Any]) -> None:
-    saved = {"job": job_tag(config_from_dict(mixed()))}
-    check_job(saved, config_from_dict(mixed()))
+    saved = {"job": job_for(config_from_dict(mixed()))}
+    check_job(saved, job_for(config_from_dict(mixed())))
     with pytest.raises(PositionError, match="another dataset"):
-        check_job(saved, config_from_dict(other))
+        check_job(saved, job_for(config_from_dict(other)))

@@ -14,19 +14,23 @@ from typing import Any
 import pytest
 
 from prefetchd.config import Config
+from prefetchd.consume.position_format import job_for
 from prefetchd.download.order import SourceObject, epoch_order, host_of
 from prefetchd.download.rehost import split_remainder
 from prefetchd.download.share import ListingDigest, ShareTable
+from prefetchd.exactly_once.host_positions import (
+    ResumeError,
+    check_listings,
+    read_host_positions,
+    resumed_epoch,
+)
 from prefetchd.exactly_once.trained_objects import (
     ALL_TRAINED,
     ListingId,
-    ResumeError,
     TrainedObjects,
     add_range,
-    check_listings,
     in_ranges,
     job_tag,
-    read_host_positions,
 )
 from prefetchd.kernel import choice
 from prefetchd.messages.shard_mix import ShardMix, ShardPart
@@ -152,7 +156,7 @@ def _config(root: Path, positions: Path, workers: int, index: int = 0) -> Config
 
 
 def _save(positions: Path, config: Config, index: int, workers: int, **fields: Any) -> None:
-    job = {**job_tag(config), "host": [index, workers]}
+    job = {**job_for(config), "host": [index, workers]}
     job.pop("resumed", None)
     raw = {"version": 2, "epoch": 0, "consumed": [], "records": {}, "job": job, **fields}
     (positions / f"host{index}.json").write_text(json.dumps(raw))
@@ -188,7 +192,7 @@ def test_a_second_change_of_hosts_inside_the_resumed_epoch_is_refused(tmp_path: 
     plain = unit_config(tmp_path)
     _save(positions, plain, 0, 1, objects={"epoch": 0, "done": [], "partial": {}})
     resumed = _config(tmp_path, positions, 2)
-    assert job_tag(resumed)["resumed"] == 0
+    assert job_for(resumed)["resumed"] == 0
     for index in (0, 1):
         _save(again, plain, index, 2)
         raw = json.loads((again / f"host{index}.json").read_text())
@@ -196,6 +200,26 @@ def test_a_second_change_of_hosts_inside_the_resumed_epoch_is_refused(tmp_path: 
         (again / f"host{index}.json").write_text(json.dumps(raw))
     with pytest.raises(ResumeError, match="only once that epoch is over"):
         read_host_positions(_config(tmp_path, again, 3))
+
+
+def test_the_job_tag_is_pure_and_the_resumed_epoch_is_read_each_time_it_is_asked(
+    tmp_path: Path,
+) -> None:
+    """``job_tag`` reads nothing: the resumed epoch is the caller's (``resumed_epoch`` reads
+    the old hosts' positions, now, not from a cache filled by an earlier config)."""
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    plain = unit_config(tmp_path)
+    _save(positions, plain, 0, 1, objects={"epoch": 0, "done": [], "partial": {}})
+    resumed = _config(tmp_path, positions, 2)
+    assert job_tag(resumed, 7)["resumed"] == 7
+    assert "resumed" not in job_tag(plain, None)
+    with pytest.raises(ValueError, match="resume_from"):
+        job_tag(resumed, None)
+    assert resumed_epoch(resumed) == 0 and resumed_epoch(plain) is None
+    _save(positions, plain, 0, 1, epoch=1, objects={"epoch": 1, "done": [], "partial": {}})
+    assert resumed_epoch(resumed) == 1
+    assert job_for(resumed)["resumed"] == 1
 
 
 @pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 2)])
@@ -244,7 +268,7 @@ def test_a_dataloader_state_saved_as_json_gives_every_workers_position(tmp_path:
     positions = tmp_path / "positions"
     positions.mkdir()
     plain = unit_config(tmp_path)
-    job = {**job_tag(plain), "host": [0, 1]}
+    job = {**job_for(plain), "host": [0, 1]}
     first, second = TrainedObjects(0), TrainedObjects(0)
     first.add(0, 0, 5, 5)
     second.add(1, 0, 2, None)

@@ -13,15 +13,13 @@ from prefetchd.config import Config
 from prefetchd.consume.claims import retire
 from prefetchd.consume.releaser import ShardReleaser
 from prefetchd.exactly_once.ledger import read_ledger
-from prefetchd.inotify import IN_DELETE, Watch
 from prefetchd.layout import Layout, claim_name, shard_name
 from prefetchd.supervise.supervisor import Supervisor
 
 
 def watching_supervisor(config: Config, layout: Layout) -> Supervisor:
     sup = Supervisor(config)
-    sup._finished = Watch(layout.ram_claimed, IN_DELETE)
-    sup._vanished = Watch(layout.ram_ready, IN_DELETE)
+    sup.deliveries.watch(sup.ownership)
     return sup
 
 
@@ -51,7 +49,7 @@ def test_the_supervisor_notes_done_shards_delivered_then_deletes_them(
         (layout.ram_done / claim_name("123xabcd", shard)).write_bytes(b"x" * 4096)
     foreign = layout.ram_done / "notes.txt"
     foreign.write_text("someone else's")
-    sup._note_deliveries()
+    sup.deliveries.note()
     assert read_ledger(layout)[1] == set(shards)
     assert list(layout.ram_done.iterdir()) == [foreign], "only its own files are deleted"
 
@@ -63,7 +61,7 @@ def test_a_shard_a_trainer_deleted_itself_is_still_noted(config: Config, layout:
     claim = layout.ram_claimed / claim_name("123xabcd", shard)
     claim.write_bytes(b"x")
     claim.unlink()
-    sup._note_deliveries()
+    sup.deliveries.note()
     assert read_ledger(layout)[1] == {shard}
 
 

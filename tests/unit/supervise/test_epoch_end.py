@@ -18,7 +18,7 @@ from prefetchd.supervise.supervisor import Supervisor
 def supervisor_between_full_checks(config: Config) -> Supervisor:
     """A supervisor whose last full epoch check (with the disks') was just now."""
     sup = Supervisor(config)
-    sup._last_epoch_check = time.monotonic()
+    sup.epochs._last_epoch_check = time.monotonic()
     return sup
 
 
@@ -31,19 +31,19 @@ def test_an_epoch_is_marked_complete_on_the_tick_its_last_object_is_released(
     held = layout.cache_claimed / writer_claim_name(0, object_name(0, 7, "ab" * 12))
     held.write_bytes(b"x")
     layout.downloaded_marker(0).write_text("")
-    sup._check_epochs()
+    sup.epochs.check()
     assert not layout.complete_marker(0).exists(), "a writer still holds an object of epoch 0"
     held.unlink()  # its last record is in a published shard
-    sup._check_epochs()
+    sup.epochs.check()
     assert layout.complete_marker(0).exists()
-    assert sup.next_epoch == 1
+    assert sup.epochs.next_epoch == 1
 
 
 def test_no_marker_before_the_epoch_is_downloaded(config: Config, layout: Layout) -> None:
     sup = supervisor_between_full_checks(config)
-    sup._check_epochs()
+    sup.epochs.check()
     assert not layout.complete_marker(0).exists()
-    assert sup.next_epoch == 0
+    assert sup.epochs.next_epoch == 0
 
 
 def test_a_waiting_trainer_is_woken_by_the_epoch_marker(layout: Layout) -> None:

@@ -13,7 +13,7 @@ from prefetchd.messages.epoch_keep import EpochKeep, hit_ratio, read_epoch_keep
 from prefetchd.messages.status_record import StatusRecord
 from prefetchd.messages.wire import MessageError
 from prefetchd.supervise.keep_status import keep_epochs
-from prefetchd.supervise.status import render_table
+from prefetchd.supervise.status_table import render_table
 
 
 def test_hit_ratio_is_of_the_bytes_and_none_before_any_object() -> None:

@@ -200,7 +200,7 @@ def supervisor(config: Config, layout: Layout) -> Iterator[Supervisor]:
 def test_the_supervisors_status_is_read_by_status_and_the_trainer(
     supervisor: Supervisor, layout: Layout, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    supervisor._publish_status(force=True)
+    supervisor.status.publish(supervisor, force=True)
     written = json.loads(layout.status_file.read_text())
     assert written["version"] == StatusRecord.VERSION
     assert written["download_activity"] == "paused: store errors (SlowDown), retrying in 4s"
@@ -208,7 +208,7 @@ def test_the_supervisors_status_is_read_by_status_and_the_trainer(
     assert (written["objects_downloaded"], written["retries"]) == (7, 2)
 
     status = read_status(layout)
-    assert status == supervisor.last_snapshot
+    assert status == supervisor.status.last_snapshot
     DaemonHealth(layout, grace=60).check()  # the trainer: starting is fine
 
     assert main(["status", "--config", str(supervisor.config.path), "--json"]) == 3
@@ -219,8 +219,8 @@ def test_the_supervisors_status_is_read_by_status_and_the_trainer(
 def test_a_failed_daemons_reason_reaches_the_trainer(
     supervisor: Supervisor, layout: Layout
 ) -> None:
-    supervisor._fail("writer-0 could not start: no bucket")
-    supervisor._publish_status(force=True)
+    supervisor.fail("writer-0 could not start: no bucket")
+    supervisor.status.publish(supervisor, force=True)
     with pytest.raises(DaemonFailed, match="no bucket"):
         DaemonHealth(layout, grace=60).check()
 
@@ -280,7 +280,7 @@ def test_what_is_not_a_status_record_reads_as_no_status(layout: Layout, text: st
 
 def test_every_key_the_status_record_writes_is_documented(supervisor: Supervisor) -> None:
     docs = (ROOT / "docs" / "status.md").read_text()
-    record = json.loads(supervisor.snapshot(0.0).encode())
+    record = json.loads(supervisor.status.snapshot(supervisor, 0.0).encode())
     assert not [k for k in record if f"`{k}`" not in docs]
 
 

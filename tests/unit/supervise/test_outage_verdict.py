@@ -12,7 +12,7 @@ from prefetchd.messages.activity import Activity
 from prefetchd.messages.status_record import StatusRecord
 from prefetchd.supervise.diagnosis import diagnose
 from prefetchd.supervise.metrics import StatusCollector
-from prefetchd.supervise.status import render_table
+from prefetchd.supervise.status_table import render_table
 
 SINCE = time.mktime((2026, 12, 4, 12, 3, 4, 0, 0, -1))  # 12:03:04 local time
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefetchd.messages.source_status import SourceStatus
 from prefetchd.messages.status_record import StatusRecord
 from prefetchd.supervise.metrics import StatusCollector
-from prefetchd.supervise.status import render_table
+from prefetchd.supervise.status_table import render_table
 
 SOURCES = (
     SourceStatus("web", 0.6, 10, 6_000_000, 2_000_000.0, 3 * 2**20, 12_000_000, 6_000_000, 0.6),

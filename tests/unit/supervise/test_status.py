@@ -27,8 +27,8 @@ from prefetchd.supervise.status import (
     Series,
     eta_seconds,
     is_running,
-    render_table,
 )
+from prefetchd.supervise.status_table import render_table
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "status"
 UPDATE = os.environ.get("PREFETCHD_UPDATE_GOLDEN") == "1"  # rewrite the expected tables

@@ -33,7 +33,7 @@ from prefetchd.supervise.children import (
     describe_exit,
 )
 from prefetchd.supervise.states import ChildState
-from prefetchd.supervise.supervisor import Supervisor
+from prefetchd.supervise.supervisor import STOP_GRACE, Supervisor
 
 SIGKILLED = -signal.SIGKILL  # multiprocessing's exit code for a process killed by SIGKILL
 
@@ -459,7 +459,7 @@ def test_children_that_exit_with_a_stop_signal_pending_are_not_restarted(
     supervisor._reap_and_restart()
     assert all(c.state is ChildState.RUNNING for c in supervisor.children)
     supervisor._handle_signals()
-    supervisor._stop_children()
+    supervisor.lifecycle.stop(STOP_GRACE)
     assert {c.state for c in supervisor.children} == {ChildState.EXITED}
     assert len(dummy.spawned) == 3
 
@@ -503,7 +503,7 @@ def finished_job(sup: Supervisor) -> None:
     """Every epoch complete and every shard consumed: what ``_check_done`` looks for."""
     sup.layout.create()
     sup.layout.job_file.write_text(json.dumps({"fingerprint": {}, "finished": False}))
-    sup.next_epoch = 1
+    sup.epochs.next_epoch = 1
 
 
 def test_daemon_running_to_done_once_the_last_epoch_is_consumed(
