@@ -196,6 +196,7 @@ class Mixer:
             "at": self.pick_at,
             "credits": list(self.credits),
             "draw": [list(part) for part in draw] if draw else None,
+            "rates": self.rates.state(self.open) if self.by_source else None,
         }
 
     def restore_order(self, saved: dict[str, object]) -> None:
@@ -205,6 +206,7 @@ class Mixer:
         self.mix_state = int(str(state))
         credits, draw = saved.get("credits"), saved.get("draw")
         self.credits = array("q", [int(c) for c in credits] if isinstance(credits, list) else [])
+        self.rates.restore(saved.get("rates"), self.open)
         if self.open and isinstance(picks, list) and len(picks) == 2:
             mixable = self.mixable()
             start, count = int(picks[0]), int(picks[1])

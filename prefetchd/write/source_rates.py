@@ -74,6 +74,31 @@ class SourceRates:
             self.drained_listed[obj.source] += size
             self.drained_frames[obj.source] += obj.seen_bytes
 
+    def state(self, open_objects: Iterable[OpenObject]) -> dict[str, object]:
+        """What the estimates stand on, for a commit in the replayable order: a writer
+        restarted from the commit reopens only the objects open then, each from its journalled
+        position, so it must be given back the figures of the batches and objects before."""
+        return {
+            "seen": [self.seen_records, self.seen_bytes],
+            "drained": [self.drained_listed, self.drained_frames],
+            "opened": [[epoch, per_source] for epoch, per_source in self.opened.items()],
+            "objects": [[o.name, o.seen_records, o.seen_bytes] for o in open_objects],
+        }
+
+    def restore(self, saved: object, open_objects: Iterable[OpenObject]) -> None:
+        """Put back what ``state`` saved once the same objects are open again (their reopening
+        counted afresh is replaced by what the uninterrupted writer had counted)."""
+        if not isinstance(saved, dict):
+            return
+        (records, nbytes), (listed, frames) = saved["seen"], saved["drained"]
+        self.seen_records, self.seen_bytes = list(map(int, records)), list(map(int, nbytes))
+        self.drained_listed, self.drained_frames = list(map(int, listed)), list(map(int, frames))
+        self.opened = {int(e): list(map(int, per)) for e, per in saved["opened"]}
+        seen = {str(name): (int(r), int(b)) for name, r, b in saved["objects"]}
+        for obj in open_objects:
+            if obj.name in seen:
+                obj.seen_records, obj.seen_bytes = seen[obj.name]
+
     def forget_before(self, epoch: int) -> None:
         for old in [e for e in self.opened if e < epoch]:
             del self.opened[old]
