@@ -47,9 +47,10 @@ from pathlib import Path
 
 from prefetchd.download.mixture import REPEAT, Streams, epoch_mix
 from prefetchd.messages.counters import WriterCounters
+from prefetchd.write.choices import PICKS, Choices
 from prefetchd.write.composition import Composition
 from prefetchd.write.frames import Frames
-from prefetchd.write.mixing import PICKS, STEP_BYTES, Mixer
+from prefetchd.write.mixing import STEP_BYTES, Mixer
 from prefetchd.write.objects import OpenObject
 
 NAMES = ("web", "code", "books")
@@ -145,14 +146,14 @@ def _counters() -> WriterCounters:
     return {"objects_consumed": 0}  # type: ignore[typeddict-item]
 
 
-class WeightedMixer(Mixer):
+class WeightedChoices(Choices):
     """The draw that was tried before: each record's source at random, weighted by the rates
-    ``Mixer``'s round robin uses, then uniformly among its open objects (no credit kept)."""
+    the round robin uses, then uniformly among its open objects (no credit kept)."""
 
-    def _draw_picks(self, mixable: list[OpenObject]) -> None:
-        draw = self._source_draw(mixable)
+    def draw_ahead(self, mixable: list[OpenObject]) -> None:
+        draw = self.source_draw(mixable)
         if draw is None:
-            super()._draw_picks(mixable)
+            super().draw_ahead(mixable)
             return
         rates, groups = array("Q", draw.rates), array("I", draw.groups)
         by_source: dict[int, list[int]] = {}
@@ -232,14 +233,9 @@ def writer_sims(
         arrive.append(0.0 if math.isinf(pace) else done / pace)
     sims = []
     for w in range(writers):
-        cls = WeightedMixer if draw == "weighted" else Mixer
-        mixer = cls(
-            _Reader(),  # type: ignore[arg-type]
-            _counters(),
-            seed,
-            w,
-            by_source=draw != "uniform",
-        )
+        cls = WeightedChoices if draw == "weighted" else Choices
+        choices = cls(seed, w, by_source=draw != "uniform")
+        mixer = Mixer(_Reader(), _counters(), choices)  # type: ignore[arg-type]
         turn = [a for a in order if a.seq % writers == w]
         sims.append(WriterSim(mixer, turn, [arrive[a.seq] for a in turn]))
     return sims
@@ -277,13 +273,14 @@ def _step(sim: WriterSim, mix: int, epoch: int) -> None:
         return
     mixable = mixer.mixable()
     drawn = mixer.draw(mixable, STEP_BYTES)
-    picks = memoryview(mixer.picks).cast("I")[drawn.stop - drawn.records : drawn.stop]
+    choices = mixer.choices
+    picks = memoryview(choices.picks).cast("I")[drawn.stop - drawn.records : drawn.stop]
     sim.out += bytes(mixable[p].source for p in picks)
     sim.taken.extend(int(mixable[p].key.rpartition("/")[2]) for p in picks)
     if sim.composition is not None and drawn.records:
-        assert mixer.picks_from is not None
+        assert choices.picks_from is not None
         sim.composition.step(
-            mixable, mixer.picks_from, drawn.stop - drawn.records, drawn.stop, mixer.draw_from
+            mixable, choices.picks_from, drawn.stop - drawn.records, drawn.stop, choices.draw_from
         )
     mixer.advance(mixable, drawn)
     sim.clock += drawn.records

@@ -19,7 +19,7 @@ A writer takes an object's records in order, so the shard holds ``[start, start 
 ``steps``: the writer's steps, in shard order, each the records of ``picks`` ``[at, stop)`` of
 the seeded draws ``choice.KERNEL.picks(len(slots), count, state)``, pick ``p`` being a record of
 object ``slots[p]`` (an index into ``objects``). A step drawn by source (``sources:``,
-``write/mixing.py``) has a sixth member: each slot's source, the sources' rates and their
+``write/choices.py``) has a sixth member: each slot's source, the sources' rates and their
 credits before the first draw, and its draws are ``choice.KERNEL.source_picks`` of them. So
 which object each record of the shard came from costs a few numbers per step of ~1 MiB, not one
 per record, and ``trained(k)`` tells how many records of each object the shard's first ``k``

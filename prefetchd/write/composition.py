@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prefetchd.messages.shard_mix import ShardMix, ShardPart, Step
-from prefetchd.write.mixing import SourceDraw
+from prefetchd.write.choices import SourceDraw
 from prefetchd.write.objects import OpenObject
 
 
@@ -35,7 +35,7 @@ class Composition:
     ) -> None:
         """Records ``[at, stop)`` of the draws ``picks`` (``(state, count)``) over ``mixable``
         were written; called before the objects' ``taken`` moves past them. ``draw``: what
-        else drew them, if by source (``mixing.SourceDraw``)."""
+        else drew them, if by source (``choices.SourceDraw``)."""
         slots = []
         for obj in mixable:
             slot = self.slots.get(obj.name)

@@ -1,16 +1,7 @@
 """Mixing: a writer's next records drawn at random across its open objects, in bounded memory.
 
-The draw: with one source, each next record comes from an open object chosen uniformly
-(``choice.KERNEL.picks``). With several sources (``sources:``) and objects of two or more of
-them open, each next record's source is chosen first, by smooth weighted round robin at the
-rate that source's records arrive (``source_rates.py``; ``choice.KERNEL.source_picks``), then
-its object uniformly among that source's open objects. A uniform draw across objects gives a
-source the share of the open objects it happens to hold, which drifts over an object's lifetime
-(thousands of records): with one writer, windows of 1,000 records were 13.7 points off the
-epoch's shares, 1.3-1.5 with the draw by source (tests/e2e/test_mixed_sources.py;
-``bench.studies.mix_windows``, docs/sources.md). A source with no object open is left out of
-the round (nothing is owed to it later: no burst when one opens); with one source open, the
-draw is the uniform one.
+The draw: which open object each next record comes from is a seeded choice
+(``choices.py``: uniform across objects with one source, by source first with several).
 
 The work is done a batch at a time: each open object gives batches of ready frames
 (``frames.Frames``), the choices of object are drawn ``PICKS`` at a time (seeded per epoch and
@@ -38,36 +29,19 @@ Shards: a record whose frame does not fit in the rest of the shard (``large_ahea
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
 from typing import NamedTuple
 
 from prefetchd.kernel import choice, twin
 from prefetchd.messages.counters import WriterCounters
-from prefetchd.seeds import mixing_rng
+from prefetchd.write.choices import Choices
 from prefetchd.write.frames import BATCH_BYTES, EMPTY
 from prefetchd.write.objects import ObjectReader, OpenObject
-from prefetchd.write.source_rates import SourceRates
 
 STEP_BYTES = 1024 * 1024  # frames copied per step: one write, one report and stop check
-PICKS = 16384  # choices of object drawn at once
 # Frames this large on average are written where they lie (one writev of views) instead of
 # copied into one buffer first: a Python step per frame (~0.5 us) costs less than copying
 # 16 KiB (bench.profile.writer medium, 16-128 KiB records: 5 % less writer CPU than at 64 KiB).
 LARGE_FRAME = 16 * 1024
-
-
-class SourceDraw(NamedTuple):
-    """What, besides the generator's state and count, drew choices by source: each mixable
-    object's source (``groups``, uint32), the sources' rates (uint64) and their credits before
-    the first choice (``choice.KERNEL.source_picks``)."""
-
-    groups: bytes
-    rates: bytes
-    credits: tuple[int, ...]
-
-    def numbers(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """The same as integers (a shard's mix keeps them: ``messages/shard_mix.py``)."""
-        return tuple(array("I", self.groups)), tuple(array("Q", self.rates)), self.credits
 
 
 class Drawn(NamedTuple):
@@ -81,48 +55,29 @@ class Drawn(NamedTuple):
 
 
 class Mixer:
-    """A writer's open objects and the seeded choices among them.
+    """A writer's open objects, drawn from by its seeded ``choices``, in bounded memory.
 
     Owns the open objects, those drained since the last shard (``finished``: deleted once it
-    is published), the choices of object drawn ahead (``picks`` from ``pick_at`` on, indices
-    into ``mixable()``, thrown away whenever that set changes) and their SplitMix64 state,
-    with several sources the sources' credits and rates (``rates``), and the memory bound:
-    which object may read its next batch (``may_fetch``), which wait. ``by_source=False``
-    draws uniformly across objects whatever their sources (``bench.studies.mix_windows``)."""
+    is published), the mixable ones (``mixable()``: kept until that set changes, which
+    discards the choices drawn ahead), the frames drawn and taken (``draw``, ``advance``), and
+    the memory bound: which object may read its next batch (``may_fetch``), which wait."""
 
-    def __init__(
-        self,
-        reader: ObjectReader,
-        counters: WriterCounters,
-        seed: int,
-        index: int,
-        *,
-        by_source: bool = True,
-    ) -> None:
+    def __init__(self, reader: ObjectReader, counters: WriterCounters, choices: Choices) -> None:
         self.reader = reader
-        self.by_source = by_source
-        self.rates = SourceRates()
-        self.credits = array("q")  # per source: its credit in the draw by source
-        self.draw_from: SourceDraw | None = None  # with ``picks_from``, what drew ``picks``
+        self.choices = choices
+        self.rates = choices.rates  # fed here as objects open, give batches and drain
         self.counters = counters
-        self.seed = seed
-        self.index = index
         # what an open object holds at most with records well under a batch: its block, the
         # batch it gave and its input batch (see may_fetch)
         self.normal_hold = 2 * reader.shuffle_bytes + 2 * BATCH_BYTES
         self.open: list[OpenObject] = []
         self.finished: list[OpenObject] = []  # drained, deleted once their shard is published
-        self.mix_epoch: int | None = None  # the epoch mix_state was seeded for
-        self.mix_state = 0  # SplitMix64 state of the choices of object
-        self.picks = b""  # choices of object drawn ahead: uint32 indices into mixable()
-        self.pick_at = 0
         self.held_total = 0  # sum of the open objects' ``measured``
         self.batch_frames = 0  # frames in the open objects' current batches ...
         self.batch_bytes = 0  # ... and their bytes (``large_frames``)
         self.large = 0  # open objects whose ``measured`` is over ``normal_hold``
         self.waiting = 0  # open objects waiting for a batch
         self._mixable: list[OpenObject] | None = None  # mixable(), until the set changes
-        self.picks_from: tuple[int, int] | None = None  # (state, count) that drew ``picks``
 
     def add(self, obj: OpenObject) -> None:
         """Open ``obj`` for mixing: read up to its first record not yet taken, unless an object
@@ -156,88 +111,38 @@ class Mixer:
         if self._mixable is not None:
             return self._mixable
         epoch = min(o.epoch for o in self.open)
-        if epoch != self.mix_epoch:
-            self.mix_epoch = epoch
-            self.mix_state = mixing_rng(self.seed, epoch, self.index).getrandbits(64)
-            self.picks, self.draw_from, self.credits = b"", None, array("q")
-            self.rates.forget_before(epoch)
+        self.choices.seed_epoch(epoch)
         self._mixable = [o for o in self.open if o.epoch == epoch and not o.waiting]
         return self._mixable
 
     def _changed(self) -> None:
         """The set of objects to choose from changed: the choices drawn ahead and the list
-        of mixable objects are thrown away (the credits of a draw by source first brought to
-        where the choices used leave them: ``_settle``)."""
-        if self.draw_from is not None and self.picks_from is not None and self.picks:
-            self._settle(self.draw_from, self.picks_from[0])
-        self.picks = b""
-        self.picks_from = None
-        self.draw_from = None
+        of mixable objects are thrown away."""
+        self.choices.discard()
         self._mixable = None
 
-    def _settle(self, draw: SourceDraw, state: int) -> None:
-        """The credits and the generator's state after the first ``pick_at`` choices of
-        ``draw``: as if only those had been drawn, so the round robin goes on evenly across a
-        change of the open objects (which throws the rest away)."""
-        credits = array("q", draw.credits)
-        _, self.mix_state = choice.KERNEL.source_picks(
-            draw.groups, draw.rates, credits, self.pick_at, state
-        )
-        self.credits = credits
-
     def order_state(self) -> dict[str, object]:
-        """The seeded state of the choices, at a commit: what ``restore_order`` needs to go
-        on as if nothing happened (with the same objects open, each at its position)."""
-        draw = self.draw_from.numbers() if self.picks and self.draw_from else None
-        return {
-            "epoch": self.mix_epoch,
-            "state": self.mix_state,
-            "picks": list(self.picks_from) if self.picks and self.picks_from else None,
-            "at": self.pick_at,
-            "credits": list(self.credits),
-            "draw": [list(part) for part in draw] if draw else None,
-            "rates": self.rates.state(self.open) if self.by_source else None,
-        }
+        """The seeded state of the choices at a commit (``Choices.state``)."""
+        return self.choices.state(self.open)
 
     def restore_order(self, saved: dict[str, object]) -> None:
         """Put back what ``order_state`` saved, once the same objects are open again."""
-        epoch, state, picks, at = saved["epoch"], saved["state"], saved["picks"], saved["at"]
-        self.mix_epoch = epoch if isinstance(epoch, int) else None
-        self.mix_state = int(str(state))
-        credits, draw = saved.get("credits"), saved.get("draw")
-        self.credits = array("q", [int(c) for c in credits] if isinstance(credits, list) else [])
-        self.rates.restore(saved.get("rates"), self.open)
-        if self.open and isinstance(picks, list) and len(picks) == 2:
-            mixable = self.mixable()
-            start, count = int(picks[0]), int(picks[1])
-            if isinstance(draw, list) and len(draw) == 3:
-                groups, rates, before = (list(map(int, part)) for part in draw)
-                self.draw_from = SourceDraw(
-                    array("I", groups).tobytes(), array("Q", rates).tobytes(), tuple(before)
-                )
-                self.credits = array("q", before)
-                self.picks, self.mix_state = choice.KERNEL.source_picks(
-                    self.draw_from.groups, self.draw_from.rates, self.credits, count, start
-                )
-            else:
-                self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, start)
-            self.picks_from = (start, count)
-            self.pick_at = int(str(at))
+        self.choices.restore(saved, self.open, self.mixable)
 
     def draw(self, mixable: list[OpenObject], limit: int) -> Drawn:
         """The next frames in the drawn order, at most ``limit`` bytes, up to the first pick of
         an object whose batch ran out; the objects' cursors are not moved yet (``advance``)."""
-        if self.pick_at * 4 >= len(self.picks):
-            self._draw_picks(mixable)
+        choices = self.choices
+        picks = choices.ready(mixable)
         cursors = array("Q", [o.cursor for o in mixable])
         sources = [(o.frames.data, o.frames.ends) for o in mixable]
         parts: list[bytes] | list[memoryview]
         if self.large_frames():  # write them where they lie: one copy less per byte
-            parts, stop = twin.interleave_views(sources, cursors, self.picks, self.pick_at, limit)
+            parts, stop = twin.interleave_views(sources, cursors, picks, choices.pick_at, limit)
         else:
-            data, stop = choice.KERNEL.interleave(sources, cursors, self.picks, self.pick_at, limit)
+            data, stop = choice.KERNEL.interleave(sources, cursors, picks, choices.pick_at, limit)
             parts = [data]
-        return Drawn(parts, stop - self.pick_at, stop, cursors)
+        return Drawn(parts, stop - choices.pick_at, stop, cursors)
 
     def advance(self, mixable: list[OpenObject], drawn: Drawn) -> None:
         """Count ``drawn``'s frames as taken (they are written), then refill the objects whose
@@ -249,7 +154,7 @@ class Mixer:
                 obj.cursor = cursor
             if cursor >= len(obj.frames):
                 used_up.append(obj)
-        self.pick_at = drawn.stop
+        self.choices.pick_at = drawn.stop
         for obj in used_up:
             if self.may_fetch(obj):
                 self._next_batch(obj)
@@ -270,45 +175,9 @@ class Mixer:
 
     def next_frame(self, mixable: list[OpenObject]) -> int:
         """The size of the frame the next pick takes (0: its object's batch ran out)."""
-        if self.pick_at * 4 >= len(self.picks):
-            self._draw_picks(mixable)
-        obj = mixable[memoryview(self.picks).cast("I")[self.pick_at]]  # native uint32
+        picks = self.choices.ready(mixable)
+        obj = mixable[memoryview(picks).cast("I")[self.choices.pick_at]]  # native uint32
         return obj.frames.frame_size(obj.cursor) if obj.cursor < len(obj.frames) else 0
-
-    def _draw_picks(self, mixable: list[OpenObject]) -> None:
-        """Draw the next choices of object: no more than can be used before some object's
-        batch runs out (then the set may change and the rest would be thrown away)."""
-        left = sum(len(o.frames) - o.cursor for o in mixable)
-        count = min(PICKS, left + 1)
-        self.picks_from = (self.mix_state, count)
-        draw = self._source_draw(mixable)
-        if draw is None:
-            self.picks, self.mix_state = choice.KERNEL.picks(len(mixable), count, self.mix_state)
-        else:
-            self.picks, self.mix_state = choice.KERNEL.source_picks(
-                draw.groups, draw.rates, self.credits, count, self.mix_state
-            )
-        self.draw_from = draw
-        self.pick_at = 0
-
-    def _source_draw(self, mixable: Sequence[OpenObject]) -> SourceDraw | None:
-        """How to draw by source from ``mixable``: None (uniformly across objects) with one
-        source open, ``by_source`` off, or a source without an estimate yet."""
-        if not self.by_source or len(self.rates.seen_records) < 2:
-            return None  # one source so far: not a step more than before sources existed
-        groups = array("I", [o.source for o in mixable])
-        first = groups[0]
-        if all(g == first for g in groups):
-            return None
-        rates = self.rates.rates(mixable[0].epoch, groups)
-        if rates is None:
-            return None
-        sources = len(rates) // 8
-        if len(self.credits) < sources:
-            self.credits.extend([0] * (sources - len(self.credits)))
-        # one rate per credit (the kernel's contract); a source not open keeps its credit
-        rates += bytes(8 * (len(self.credits) - sources))
-        return SourceDraw(groups.tobytes(), rates, tuple(self.credits))
 
     # --- the memory bound: one large batch per writer -----------------------------------------
 

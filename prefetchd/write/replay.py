@@ -18,7 +18,7 @@ cut. In this mode (one writer, ``config.py``):
   were written.
 
 Each journal line (``exactly_once/journal.py``) also records the order's state at the commit:
-the next ``(epoch, seq)`` and the mixer's seeded state (``Mixer.order_state``). A restarted
+the next ``(epoch, seq)`` and the mixer's seeded state (``Choices.state``). A restarted
 writer reopens the objects the commit had open, in the order they were opened, each at its
 journalled position, puts the choices back, and keeps the objects it had claimed after the
 commit for their turn (``pending``): so it goes on in the order an uninterrupted run gives, and
@@ -51,7 +51,7 @@ class ReplayOrder:
         self.pending: list[str] = []  # claimed before a restart, after its commit: next, in order
 
     def state(self) -> dict[str, object]:
-        """What a commit records of the order (with the mixer's: ``Mixer.order_state``)."""
+        """What a commit records of the order (with the mixer's: ``Choices.state``)."""
         return {"next": list(self.expected) if self.expected is not None else None}
 
     def resume(self, saved: dict[str, object], pending: list[str]) -> None:

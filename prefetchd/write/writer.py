@@ -25,6 +25,7 @@ from prefetchd.kernel import choice
 from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import WriterCounters
 from prefetchd.write.arrivals import Arrivals
+from prefetchd.write.choices import Choices
 from prefetchd.write.epoch_order import EpochOrder
 from prefetchd.write.flush import FlushClock
 from prefetchd.write.formats import (
@@ -110,7 +111,7 @@ class Writer:
         self.reader = ObjectReader(
             ctx, self.counters, self.formats, layout, index, self.arrivals.claimed, self._report
         )
-        self.mixer = Mixer(self.reader, self.counters, config.epochs.seed, index)
+        self.mixer = Mixer(self.reader, self.counters, Choices(config.epochs.seed, index))
         self.replay: ReplayOrder | None = None  # epochs.order: replayable (set in _recover)
         self.clock = FlushClock(layout, out.mix)
         self.publisher = Publisher(
@@ -240,13 +241,14 @@ class Writer:
             # `taken` counts only written records: shard_for may journal it (publishing a
             # shard of another epoch), and the write may be interrupted waiting for RAM
             self.publisher.shard_for(epoch).write_frames(drawn.parts, drawn.records)
-            assert self.mixer.picks_from is not None  # draw() drew them
+            choices = self.mixer.choices
+            assert choices.picks_from is not None  # draw() drew them
             self.publisher.composition.step(
                 mixable,
-                self.mixer.picks_from,
+                choices.picks_from,
                 drawn.stop - drawn.records,
                 drawn.stop,
-                self.mixer.draw_from,
+                choices.draw_from,
             )
         self.mixer.advance(mixable, drawn)
 
