@@ -40,6 +40,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 from prefetchd.atomic import create_exclusive, write_all
 from prefetchd.layout import is_spare, spare_name
@@ -110,7 +111,20 @@ class SpareGiver:
 class Spares:
     """The downloader's side: owns the names of the spares it listed and not yet used, and
     whether renaming them works here. Used from the main thread (``.part`` files) and the
-    transfer threads (metas) at once."""
+    transfer threads (metas) at once: one per directory and process (``shared``), since two
+    that listed the same names took each other's, and half their renames failed (``strace``)."""
+
+    _shared: ClassVar[dict[str, Spares]] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, tmp_dir: str | Path) -> Spares:
+        """This process's ``Spares`` of ``tmp_dir``."""
+        with cls._shared_lock:
+            pool = cls._shared.get(str(tmp_dir))
+            if pool is None:
+                pool = cls._shared[str(tmp_dir)] = cls(tmp_dir)
+            return pool
 
     def __init__(self, tmp_dir: str | Path) -> None:
         self.tmp_dir = str(tmp_dir)

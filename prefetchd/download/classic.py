@@ -67,7 +67,7 @@ class ClassicTransfer:
         self._part_size = config.download.part_size
         self._bucket = config.source.bucket
         self._verifier = Verifier(self._client, self._bucket, config.source.format)
-        self._spares = Spares(Layout.of(config).cache_tmp)  # the writers' emptied files
+        self._spares = Spares.shared(Layout.of(config).cache_tmp)  # the writers' emptied files
 
     def prepare(self, job: Job) -> None:
         """Create the temp file and plan the parts of ``job`` (main thread)."""

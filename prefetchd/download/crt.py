@@ -202,7 +202,7 @@ class CrtTransfer:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
-        self._spares = Spares(Layout.of(config).cache_tmp)  # the writers' emptied files
+        self._spares = Spares.shared(Layout.of(config).cache_tmp)  # the writers' emptied files
         # Verification and done() run here, never on a CRT event-loop thread.
         self._finisher: Finishers[_Fetch] = Finishers(FINISHERS, "crt-done")
         self._verifier = Verifier(

@@ -61,7 +61,7 @@ class Publisher:
         self.unverified_reasons: set[str] = set()  # logged once each
         # Joined per object as text: a pathlib join and its str() cost more than the syscall.
         self._ready_dir = str(layout.cache_ready)
-        self.spares = Spares(layout.cache_tmp)  # the writers' emptied files, for metas
+        self.spares = Spares.shared(layout.cache_tmp)  # the writers' emptied files, for metas
 
     def transfer_done(self, job: Job) -> None:
         """The transfer's ``done``, on one of its threads: write a fetched object's meta there,

@@ -158,3 +158,17 @@ def test_without_a_tmp_dir_files_are_created_as_before(tmp_path: Path) -> None:
     os.close(fd)
     assert (tmp_path / "obj.part").exists()
     assert pool.taken == 0
+
+
+def test_one_pool_per_directory_in_a_process(tmp_path: Path, tmp_dir: Path) -> None:
+    # The .part files (main thread) and the metas (transfer threads) drew from two pools that
+    # listed the same names: half their renames found the spare already taken.
+    assert Spares.shared(tmp_dir) is Spares.shared(str(tmp_dir))
+    assert Spares.shared(tmp_dir) is not Spares.shared(tmp_path)
+    giver, pool = SpareGiver(tmp_dir, 0), Spares.shared(tmp_dir)
+    for i in range(4):
+        giver.give(str(finished(tmp_path, f"f{i}")))
+    made = [pool.write_new(tmp_dir / f"meta{i}", b"{}") for i in range(2)]
+    made += [pool.take(str(tmp_dir / f"part{i}")) for i in range(2)]
+    assert made == [True] * 4
+    assert pool.taken == 4 and spares_in(tmp_dir) == []
