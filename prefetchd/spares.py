@@ -135,8 +135,8 @@ class Spares:
         self._lock = threading.Lock()
 
     def take(self, dest: str) -> bool:
-        """Rename a spare to ``dest`` (not there yet); False if there is none, or ``dest``
-        exists (``FileExistsError``: raised)."""
+        """Rename a spare to ``dest``; False if there is none (or renaming cannot work here);
+        ``FileExistsError`` if ``dest`` exists, which is never replaced."""
         while self.works:
             try:
                 name = self.names.popleft()
