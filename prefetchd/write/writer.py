@@ -346,7 +346,9 @@ class Writer:
         self.ctx.report()
 
     def _stop(self) -> None:
-        """Drain: publish what is written so far so no record is stranded in a temp file."""
+        """Drain: publish what is written so far so no record is stranded in a temp file, and
+        delete this writer's spare files (a stopped daemon leaves nothing in ``.tmp``)."""
         self.publisher.stop()
+        self.reader.spares.clear()
         self.counters["activity"] = Activity.STOPPED
         self.ctx.report(force=True)
