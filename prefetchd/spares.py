@@ -22,8 +22,8 @@ downloader's CPU per small object (``perf``, docs/benchmarks.md). A spare is an 
 
 Nothing of the exactly-once protocol (``exactly_once/__init__.py``) changes: a spare holds no
 data and no name of an object; a ``.part`` or meta made from a spare is the same file, mode
-0600, at the same name, as one created new. A writer that stops deletes the spares it left
-(``SpareGiver.clear``: a drained or finished daemon leaves nothing in ``.tmp``); a crash leaves
+0600, at the same name, as one created new. A writer that stops deletes the spares in ``.tmp``
+(``SpareGiver.clear``: a drained or finished daemon leaves nothing there); a crash leaves
 at most empty spares, which the downloader's start-up sweep deletes with every other file there
 that is not a logged ``.part`` (``download/restart.py``), as the job's wipe does
 (``layout.is_own_file``).
@@ -110,16 +110,18 @@ class SpareGiver:
         self.next = (self.next + 1) % MAX_SPARES
 
     def clear(self) -> None:
-        """Delete this writer's spares the downloader did not take (the writer stops: a
-        drained or finished daemon leaves no file in ``.tmp``). One taken meanwhile is no
+        """Delete every spare the downloader did not take, when this writer stops: a drained
+        or finished daemon leaves no file in ``.tmp``. Every writer's, not only its own: a
+        writer SIGKILLed after its last object is not restarted once the job is done, and the
+        last writer to stop deletes what it left (the soak test's). A spare another writer
+        gives later is only a file the downloader makes again; one taken meanwhile is no
         longer a spare's name, and is not touched."""
-        prefix = spare_name(self.writer, 0)[:-1]
         try:
             names = os.listdir(self.tmp_dir)
         except FileNotFoundError:
             return
         for name in names:
-            if name.startswith(prefix) and is_spare(name):
+            if is_spare(name):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{self.tmp_dir}/{name}")
 

@@ -40,7 +40,7 @@ on only writer i reads it. **It publishes a shard** (``Publisher.publish``, ``wr
    spare in ``cache_dir/.tmp`` (``spares.py``), which the downloader renames (never over an
    existing file) into its next ``.part`` or meta instead of creating one. To every step above
    and below a spare is a deleted file: it holds no bytes and no name of an object; a writer
-   deletes the spares it left when it stops, and start-up sweeps those a crash left with
+   that stops deletes the spares in ``.tmp``, and start-up sweeps those a crash left with
    every other unlogged file in ``.tmp``.
 
 A ledger line without its journal line names a shard that was never committed: a shard counts

@@ -347,7 +347,8 @@ class Writer:
 
     def _stop(self) -> None:
         """Drain: publish what is written so far so no record is stranded in a temp file, and
-        delete this writer's spare files (a stopped daemon leaves nothing in ``.tmp``)."""
+        delete the spare files in the cache's ``.tmp`` (a stopped daemon leaves nothing
+        there)."""
         self.publisher.stop()
         self.reader.spares.clear()
         self.counters["activity"] = Activity.STOPPED
