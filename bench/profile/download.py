@@ -1,7 +1,8 @@
 """What the download side costs and how early it delivers, beside the awscrt ceiling.
 
     python -m bench.profile.download [--dataset small,medium,large] [--client classic,crt]
-        [--mode downloader|daemon] [--proxy] [--repeats N] [--port P] [--profile DIR]
+        [--mode downloader|daemon] [--layout bench|user] [--proxy] [--repeats N] [--port P]
+        [--profile DIR] [--wrap CMD] [--json FILE]
 
 One command: start SeaweedFS on 127.0.0.1 (``testkit.seaweedfs``: S3 on ``--port``, its other
 listeners on ``--port``+1..+8), upload seeded datasets (``testkit.sample_data``), then for each
@@ -22,9 +23,15 @@ paced to ``--rate`` MiB/s, each response's first byte held ``--first-byte`` ms, 
 store over a real network; on ``--port``+9) and adds an in-trainer-like baseline (boto3, one GET at
 a time, in order) and the times at which the first object, and 50 % / 100 % of the bytes *in
 order*, were available to the writers. ``--profile DIR`` runs each prefetchd run under
-``py-spy record`` (collapsed stacks). Nothing is left running: the store, the proxy and every
-child are stopped by PID, also on failure. Needs ``weed`` (and for ``--profile`` ``py-spy``)
-on PATH or next to this Python; datasets and caches live on /dev/shm.
+``py-spy record`` (collapsed stacks); ``--wrap CMD`` under any command (``strace -f -c -o F``);
+``--json FILE`` appends every run's result, with the daemon's pids by role, to attribute a
+system-wide ``perf record`` to its processes. ``--layout user`` runs the daemon as
+``bench --layout user`` does (the cache on the local disk, ``prefetchd init``'s writers and
+connections, ``bench.harness.layout``); the default keeps the tables' tmpfs layout. In daemon
+mode each role's CPU is also given as its kernel (system) part. Nothing is left running: the
+store, the proxy and every child are stopped by PID, also on failure. Needs ``weed`` (and for
+``--profile`` ``py-spy``) on PATH or next to this Python; datasets live on /dev/shm, and so
+do caches but with ``--layout user``.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import contextlib
 import json
 import os
 import resource
+import shlex
 import shutil
 import signal
 import statistics
@@ -49,6 +57,7 @@ from typing import Any
 from bench.drivers.paced_proxy import paced_proxy
 from bench.harness.datasets import DatasetSpec
 from bench.harness.environment import ROOT, bench_env
+from bench.harness.layout import BENCH, LAYOUTS, Layout, resolve
 from bench.harness.sampler import children_cpu, has_entries, process_cpu, tree_pids
 from testkit import sample_data
 from testkit.seaweedfs import start_seaweedfs
@@ -82,10 +91,13 @@ def upload(endpoint: str, ds: DatasetSpec) -> int:
 # --- running one measured process ---------------------------------------------------------------
 
 
-def run_child(*args: str, profile: Path | None = None) -> dict[str, Any]:
+def run_child(*args: str, profile: Path | None = None, wrap: str = "") -> dict[str, Any]:
     """Run this module's hidden sub-command ``args`` in a fresh process; its last stdout line
-    is a JSON result. With ``profile``, under ``py-spy record`` writing collapsed stacks there."""
+    is a JSON result. With ``profile``, under ``py-spy record`` writing collapsed stacks there;
+    with ``wrap``, under that command (``strace -c -f -o FILE``, ``perf record -g -o FILE``)."""
     cmd = [sys.executable, "-m", "bench.profile.download", *args]
+    if wrap:
+        cmd = [*shlex.split(wrap), *cmd]
     if profile is not None:
         spy = shutil.which("py-spy") or "py-spy"
         spy_args = ["record", "--subprocesses", "--nonblocking", "-r", "250", "-f", "raw"]
@@ -234,6 +246,8 @@ def daemon_main(config_path: str) -> None:
     result = {
         "cpu": children_cpu(),
         "roles": sampler.by_role(),
+        "roles_sys": sampler.by_role(system=True),
+        "pids": {str(pid): role for pid, role in sampler.roles().items()},
         "cpu_start": sampler.at_first_get,
         "start_roles": sampler.start_roles,
         "wall": time.monotonic() - started,
@@ -253,6 +267,7 @@ class RoleCpu(threading.Thread):
         self.root = root
         self.layout = layout
         self.seen: dict[int, float] = {}
+        self.system: dict[int, float] = {}  # the kernel's share of ``seen``
         self.at_first_get: float | None = None
         self.start_roles: dict[str, float] = {}
         self._halt = threading.Event()
@@ -263,6 +278,7 @@ class RoleCpu(threading.Thread):
                 cpu = process_cpu(pid)
                 if cpu is not None:
                     self.seen[pid] = cpu
+                    self.system[pid] = system_cpu(pid) or self.system.get(pid, 0.0)
             if self.at_first_get is None and has_entries(self.layout.cache_tmp):
                 self.at_first_get = sum(self.seen.values())
                 self.start_roles = self.by_role()
@@ -271,13 +287,25 @@ class RoleCpu(threading.Thread):
         self._halt.set()
         self.join()
 
-    def by_role(self) -> dict[str, float]:
-        """CPU per role (the children's reports name them), ``other`` for unknown pids."""
+    def roles(self) -> dict[int, str]:
+        """Each known pid's role: the supervisor's, and those the children's reports name."""
         roles = {self.root: "supervisor"}
         for report in self.layout.children.glob("*.json"):
             with contextlib.suppress(OSError, ValueError, KeyError):
                 roles[int(json.loads(report.read_text())["pid"])] = report.stem.split("-")[0]
-        return cpu_by_role(self.seen, roles)
+        return roles
+
+    def by_role(self, *, system: bool = False) -> dict[str, float]:
+        """CPU per role, ``other`` for unknown pids; with ``system``, the kernel's part only."""
+        return cpu_by_role(self.system if system else self.seen, self.roles())
+
+
+def system_cpu(pid: int) -> float | None:
+    """CPU seconds ``pid`` spent in the kernel so far; None if it has gone."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[12]) / os.sysconf("SC_CLK_TCK")  # stime
+    return None
 
 
 def cpu_by_role(seen: dict[int, float], roles: dict[int, str]) -> dict[str, float]:
@@ -292,9 +320,19 @@ def cpu_by_role(seen: dict[int, float], roles: dict[int, str]) -> dict[str, floa
 # --- one prefetchd run ------------------------------------------------------------------------
 
 
-def job_config(endpoint: str, ds: DatasetSpec, client_name: str, run: Path, window: str) -> Any:
-    """The daemon's config for one run, everything under ``run``."""
-    return {
+def job_config(
+    endpoint: str,
+    ds: DatasetSpec,
+    client_name: str,
+    run: Path,
+    window: str,
+    layout: Layout = BENCH,
+) -> Any:
+    """The daemon's config for one run, everything under ``run`` but the cache, which goes
+    under ``run`` on tmpfs (the bench layout) or into ``layout.cache_parent`` (``--layout
+    user``: on the local disk, as a user's), with the layout's writers, connections and mix."""
+    cache = run / "cache" if layout.name == "bench" else layout.cache_parent / run.name
+    config: dict[str, Any] = {
         "source": {
             "url": f"s3://{BUCKET}/{ds.name}/",
             "endpoint_url": endpoint,
@@ -303,20 +341,23 @@ def job_config(endpoint: str, ds: DatasetSpec, client_name: str, run: Path, wind
         },
         "epochs": {"count": 1, "shuffle": True, "seed": 0},
         "download": {
-            "cache_dir": str(run / "cache"),
+            "cache_dir": str(cache),
             "window": window,
-            "concurrency": 32,
+            "concurrency": layout.concurrency,
             "client": client_name,
         },
         "output": {
             "ram_dir": str(run / "ram"),
             "ram_budget": "1GiB",
-            "writers": 2,
+            "writers": layout.writers,
             "shard_size": "32MiB",
         },
         "status": {"state_dir": str(run / "state")},
         "log": {"level": "warning"},
     }
+    if layout.mix is not None:
+        config["output"]["mix"] = layout.mix
+    return config
 
 
 def order_sizes(config_path: str) -> list[int]:
@@ -342,20 +383,23 @@ def run_prefetchd(
     import yaml
 
     run = Path(tempfile.mkdtemp(prefix="profile-run-", dir=SHM))
+    config = job_config(endpoint, ds, client_name, run, args.window, args.layout)
     try:
-        window = "64GiB" if args.mode == "downloader" else args.window
+        if args.mode == "downloader":  # larger than the dataset: no writers
+            config["download"]["window"] = "64GiB"
         path = run / "prefetchd.yaml"
-        path.write_text(yaml.safe_dump(job_config(endpoint, ds, client_name, run, window)))
+        path.write_text(yaml.safe_dump(config))
         profile = None
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
             profile = args.profile / f"{ds.name}-{client_name}-{args.mode}.txt"
-        result = run_child(f"_{args.mode}", str(path), profile=profile)
+        result = run_child(f"_{args.mode}", str(path), profile=profile, wrap=args.wrap)
         if "published" in result:
             result["order"] = in_order(result.pop("published"), order_sizes(str(path)))
         return result
     finally:
         shutil.rmtree(run, ignore_errors=True)
+        shutil.rmtree(config["download"]["cache_dir"], ignore_errors=True)
 
 
 # --- the report (pure) ------------------------------------------------------------------------
@@ -420,7 +464,13 @@ def _roles(runs: list[dict[str, Any]]) -> str:
     start = [
         f"{k} {statistics.median(r['start_roles'].get(k, 0) for r in runs):.2f}" for k in roles
     ]
-    return "  [" + ", ".join(total) + " CPU-s]  start [" + ", ".join(start) + "]"
+    text = "  [" + ", ".join(total) + " CPU-s]  start [" + ", ".join(start) + "]"
+    if "roles_sys" in runs[0]:
+        kernel = [
+            f"{k} {statistics.median(r['roles_sys'].get(k, 0) for r in runs):.2f}" for k in roles
+        ]
+        text += "  of which system [" + ", ".join(kernel) + "]"
+    return text
 
 
 EXTRAS = (_start, _order, _first, _roles)  # what some runs carry, in the order printed
@@ -443,6 +493,9 @@ def report(
         for name in clients:
             run = run_prefetchd(args, endpoint, ds, name)
             results.setdefault(f"prefetchd {name}", []).append(run)
+    if args.json:  # every run's result, pids and roles included (to attribute a perf profile)
+        with args.json.open("a") as out:
+            out.write(json.dumps({"dataset": ds.name, "runs": results}) + "\n")
     ceil = statistics.median(r["cpu"] for r in results["awscrt ceiling"])
     print(f"{ds.name}: {ds.objects} objects, {size / MiB:.0f} MiB ({ds.kind})", flush=True)
     for label, runs in results.items():
@@ -473,6 +526,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--proxy", action="store_true")
     p.add_argument("--rate", type=float, default=75.0, help="MiB/s per connection (--proxy)")
     p.add_argument("--first-byte", type=float, default=30.0, help="ms (--proxy)")
+    p.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="bench",
+        help="daemon mode: bench (default; the cache on tmpfs, 2 writers) or user (the cache "
+        "on the local disk, writers and connections as prefetchd init sizes them: "
+        "bench.harness.layout)",
+    )
+    p.add_argument(
+        "--wrap", default="", help="run each prefetchd run under this command (strace, perf)"
+    )
+    p.add_argument("--json", type=Path, help="append every run's result to this file")
     args = p.parse_args(argv)
     unknown = sorted(set(args.dataset.split(",")) - set(DATASETS))
     if unknown:
@@ -486,6 +551,8 @@ def harness(args: argparse.Namespace) -> int:
     env = bench_env(f"http://127.0.0.1:{args.port}")
     os.environ.clear()  # every process this starts runs with the bench's environment
     os.environ.update(env)
+    args.layout = resolve(args.layout, None, SHM)
+    print(f"# layout {args.layout.describe()}", flush=True)
     server = start_seaweedfs(args.port)
     try:
         sizes = {ds.name: upload(server.endpoint, ds) for ds in datasets}
@@ -496,6 +563,7 @@ def harness(args: argparse.Namespace) -> int:
                 report(args, endpoint, ds, sizes[ds.name], clients)
     finally:
         server.stop()
+        shutil.rmtree(args.layout.cache_parent, ignore_errors=True)
     return 0
 
 

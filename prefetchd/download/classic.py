@@ -25,7 +25,6 @@ from typing import Any
 import botocore.exceptions
 import urllib3.exceptions
 
-from prefetchd.atomic import create_exclusive
 from prefetchd.budget import split_ranges
 from prefetchd.config import Config
 from prefetchd.download.hooks import trouble
@@ -34,6 +33,8 @@ from prefetchd.download.signals import Signals
 from prefetchd.download.slots import Slots
 from prefetchd.download.store import S3Client, forget_credentials, make_client
 from prefetchd.download.verify import IntegrityError, SizeChanged, Verifier, settle, stored_size
+from prefetchd.layout import Layout
+from prefetchd.spares import Spares
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class ClassicTransfer:
         self._part_size = config.download.part_size
         self._bucket = config.source.bucket
         self._verifier = Verifier(self._client, self._bucket, config.source.format)
+        self._spares = Spares.shared(Layout.of(config).cache_tmp)  # the writers' emptied files
 
     def prepare(self, job: Job) -> None:
         """Create the temp file and plan the parts of ``job`` (main thread)."""
@@ -78,7 +80,7 @@ class ClassicTransfer:
         job.retries = 0
         job.lookups = 0
         job.md5 = None
-        job.fd = create_exclusive(job.tmp, readable=True)  # read back for the MD5
+        job.fd = self._spares.create(job.tmp, readable=True)  # read back for the MD5
         if job.ranges:  # parts land out of order; a single GET only appends
             os.ftruncate(job.fd, size)
 

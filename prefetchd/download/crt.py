@@ -83,7 +83,6 @@ import botocore.exceptions
 import botocore.session
 from botocore.credentials import RefreshableCredentials
 
-from prefetchd.atomic import create_exclusive
 from prefetchd.config import Config
 from prefetchd.download.checksums import response_checksum
 from prefetchd.download.finishers import Finishers
@@ -96,7 +95,9 @@ from prefetchd.download.store import forget_credentials, is_throttling, make_cli
 from prefetchd.download.store import session as store_session
 from prefetchd.download.verify import SizeChanged, Verifier, settle, stored_size
 from prefetchd.errors import ConfigError
+from prefetchd.layout import Layout
 from prefetchd.logs import redact_url
+from prefetchd.spares import Spares
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class CrtTransfer:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
+        self._spares = Spares.shared(Layout.of(config).cache_tmp)  # the writers' emptied files
         # Verification and done() run here, never on a CRT event-loop thread.
         self._finisher: Finishers[_Fetch] = Finishers(FINISHERS, "crt-done")
         self._verifier = Verifier(
@@ -254,9 +256,10 @@ class CrtTransfer:
         job.lookups = 0
         job.md5 = None  # the CRT writes the file: verification reads it back
         job.answered = None
-        # Created here, exclusively and private; the CRT opens the same name to write it and
-        # this descriptor stays open to verify what it wrote.
-        job.fd = create_exclusive(job.tmp, readable=True)
+        # Created here, exclusively and private (from a spare inode where a writer left one:
+        # spares.py); the CRT opens the same name to write it and this descriptor stays open to
+        # verify what it wrote.
+        job.fd = self._spares.create(job.tmp, readable=True)
 
     def submit_parts(self, job: Job, timeout: float) -> bool:
         """Take ``job``'s slots as they free up (at most as many as the adaptive limit

@@ -19,7 +19,7 @@ import os
 import queue
 from pathlib import Path
 
-from prefetchd.atomic import write_atomic, write_new
+from prefetchd.atomic import write_atomic
 from prefetchd.budget import Window
 from prefetchd.child.context import ChildContext
 from prefetchd.config import REPLAYABLE, Config
@@ -29,6 +29,7 @@ from prefetchd.download.plan import EpochPlan
 from prefetchd.exactly_once.download_log import PUBLISHED, SKIPPED, DownloadLog
 from prefetchd.logs import escape_key
 from prefetchd.messages.counters import DownloaderCounters
+from prefetchd.spares import Spares
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class Publisher:
         self.unverified_reasons: set[str] = set()  # logged once each
         # Joined per object as text: a pathlib join and its str() cost more than the syscall.
         self._ready_dir = str(layout.cache_ready)
+        self.spares = Spares.shared(layout.cache_tmp)  # the writers' emptied files, for metas
 
     def transfer_done(self, job: Job) -> None:
         """The transfer's ``done``, on one of its threads: write a fetched object's meta there,
@@ -87,14 +89,15 @@ class Publisher:
             meta["skip"] = job.skip  # records trained before a resume on other hosts
         if job.records_ok:
             meta["records_ok"] = True  # the writer skips its read-through (ObjectReader._validate)
-        # A first write needs no temp name + rename (one of ~6 syscalls per object): a writer
+        # A first write needs no temp name + rename (one of ~6 syscalls per object), and takes
+        # a spare inode where a writer left one (spares.py) instead of a new one: a writer
         # opens a meta only once its object is in ready/, after this returned (the order
         # in the module docstring), and a first meta left partial by a crash belongs to an
         # object not yet logged, which the start-up sweep removes. A meta that exists (a
         # refetch of a logged object, rewritten once verified) is replaced atomically: a crash
         # must not leave a logged object with a partial meta.
         path, data = self.layout.meta_file(job.name), json.dumps(meta).encode()
-        if not write_new(path, data):
+        if not self.spares.write_new(path, data):
             write_atomic(Path(path), data)
 
     def try_publish(self, job: Job) -> OSError | None:

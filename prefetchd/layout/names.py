@@ -108,6 +108,19 @@ def is_part(name: str) -> bool:
     return name.endswith(TMP_SUFFIX)
 
 
+_SPARE = re.compile(r"spare-w[0-9]+-[0-9]+")
+
+
+def spare_name(writer: int, n: int) -> str:
+    """An empty file writer ``writer`` left in ``cache/.tmp`` for the downloader to use again
+    (``prefetchd/spares.py``): its ``n``-th, cycling."""
+    return f"spare-w{writer}-{n}"
+
+
+def is_spare(name: str) -> bool:
+    return _SPARE.fullmatch(name) is not None
+
+
 def meta_name(name: str) -> str:
     """The name of an object's meta in ``cache/meta`` (or of a kept object's in ``cache/keep``)."""
     return name + META_SUFFIX
@@ -331,7 +344,7 @@ def _own_ram_file(name: str) -> bool:
 
 
 _OWN_FILES: dict[str, Callable[[str], bool]] = {
-    ".tmp": lambda n: _own_cache_file(n) or _own_ram_file(n),
+    ".tmp": lambda n: _own_cache_file(n) or _own_ram_file(n) or is_spare(n),
     "meta": _own_cache_file,
     "ready": lambda n: _own_cache_file(n) or _own_ram_file(n),
     "claimed": lambda n: _own_cache_file(n) or _own_ram_file(n),

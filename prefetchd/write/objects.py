@@ -36,6 +36,7 @@ from prefetchd.layout import Layout, parse_object_name
 from prefetchd.logs import escape_key
 from prefetchd.messages.counters import QuarantineCounter, WriterCounters
 from prefetchd.seeds import object_rng
+from prefetchd.spares import SpareGiver
 from prefetchd.write.attempts import MAX_ATTEMPTS, ParseAttempts
 from prefetchd.write.formats import (
     Format,
@@ -135,6 +136,9 @@ class ObjectReader:
         self.report = report  # called while a large object is checked: stay visibly alive
         self.shuffle_bytes = shuffle_bytes(self.config.output.mix)
         self.attempts = ParseAttempts(layout.parse_attempts_file(index))
+        # A finished object's files become spares for the downloader's next ones (spares.py);
+        # with download.keep its bytes may be hard-linked into keep/: those are deleted.
+        self.spares = SpareGiver(layout.cache_tmp, index, enabled=not self.config.download.keep)
 
     def open(self, name: str, *, resume_at: int) -> OpenObject:
         """The claimed object ``name``, its first ``resume_at`` records already taken; not
@@ -257,7 +261,7 @@ class ObjectReader:
 
     def delete(self, name: str) -> None:
         """Remove a claimed object's meta, then its bytes (a meta whose object is gone then
-        always means the object vanished)."""
+        always means the object vanished): each emptied and left to the downloader as a spare
+        (``spares.py``), or deleted."""
         for path in (self.layout.meta_file(name), self.claimed(name)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            self.spares.give(path)

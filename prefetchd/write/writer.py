@@ -358,7 +358,10 @@ class Writer:
         self.ctx.report()
 
     def _stop(self) -> None:
-        """Drain: publish what is written so far so no record is stranded in a temp file."""
+        """Drain: publish what is written so far so no record is stranded in a temp file, and
+        delete the spare files in the cache's ``.tmp`` (a stopped daemon leaves nothing
+        there)."""
         self.publisher.stop()
+        self.reader.spares.clear()
         self.counters["activity"] = Activity.STOPPED
         self.ctx.report(force=True)

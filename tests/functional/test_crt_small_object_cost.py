@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import gc
 import hashlib
+import os
 import queue
 import random
 import threading
@@ -28,6 +29,7 @@ from prefetchd.config import Config, config_from_dict
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
 from prefetchd.download.verify import Verifier
+from prefetchd.spares import SpareGiver, Spares
 from testkit import s3server
 
 pytest.importorskip("awscrt")
@@ -197,3 +199,28 @@ def test_the_crt_threads_keep_their_python_state_from_one_object_to_the_next(
     assert any(len(seen) > 1 for seen in visits.values())  # the CRT has a few threads
     for seen in visits.values():
         assert seen == list(range(1, len(seen) + 1)), visits
+
+
+def test_the_crt_writes_each_object_whole_into_a_file_made_from_a_spare(
+    endpoint: str, stored: dict[str, bytes], tmp_path: Path
+) -> None:
+    """Issue 28: no inode is made per object once writers give their finished files back
+    (``prefetchd/spares.py``). The CRT then writes into an existing, emptied file it did not
+    create: every byte must land, and nothing of the file's last object may stay in it."""
+    config = make_config(tmp_path, endpoint)
+    tmp_dir = config.download.cache_dir / ".tmp"
+    tmp_dir.mkdir(parents=True)
+    giver = SpareGiver(tmp_dir, 0)
+    for i in range(OBJECTS):  # finished objects larger than any new one: 256 KiB of 0xAA
+        old = tmp_path / f"finished-{i}"
+        fd = os.open(old, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"\xaa" * 256 * KIB)
+        os.close(fd)
+        giver.give(str(old))
+    objs = [listed(key, body) for key, body in stored.items()]
+    jobs = fetch_all(config, objs, tmp_path)
+    for job, body in zip(jobs, stored.values(), strict=True):
+        assert job.error is None
+        assert job.tmp.read_bytes() == body
+    assert Spares.shared(tmp_dir).taken == OBJECTS  # every .part from a spare
+    assert [n for n in os.listdir(tmp_dir) if n.startswith("spare-")] == []

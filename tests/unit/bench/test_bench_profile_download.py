@@ -3,6 +3,8 @@ role and the report line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.harness import runner
 from bench.profile import download as profile_download
 from bench.profile.download import DATASETS
@@ -58,3 +60,29 @@ def test_line_lists_roles_and_their_start() -> None:
 
 def test_the_main_bench_still_reads_the_ceilings_start_up_from_its_fourth_field() -> None:
     assert runner.ceiling_startup_cpu("24 1073741824 2.500 0.900 1.250 2.100\n") == 0.9
+
+
+def test_the_user_layout_puts_the_cache_on_its_disk_with_its_writers_and_mix(
+    tmp_path: Path,
+) -> None:
+    from bench.harness.layout import BENCH, Layout
+
+    ds = DATASETS["small"]
+    bench = profile_download.job_config("http://s3", ds, "crt", tmp_path / "run", "2GiB")
+    assert bench["download"]["cache_dir"] == str(tmp_path / "run" / "cache")
+    assert bench["output"]["writers"] == BENCH.writers and bench["output"]["mix"] == BENCH.mix
+    user = Layout("user", tmp_path / "disk", 1, 32, "prefetchd init for 2 cores", "ext4")
+    config = profile_download.job_config("http://s3", ds, "crt", tmp_path / "run", "2GiB", user)
+    assert config["download"]["cache_dir"] == str(tmp_path / "disk" / "run")
+    assert config["output"]["writers"] == 1 and config["download"]["concurrency"] == 32
+    assert "mix" not in config["output"]  # the daemon's default
+
+
+def test_the_roles_line_splits_out_the_kernel_time() -> None:
+    runs = [
+        {"cpu": 3.0, "roles": {"downloader": 2.0, "writer": 1.0}, "start_roles": {},
+         "roles_sys": {"downloader": 1.25, "writer": 0.5}},
+    ]  # fmt: skip
+    text = profile_download._roles(runs)
+    assert "[downloader 2.00, writer 1.00 CPU-s]" in text
+    assert "of which system [downloader 1.25, writer 0.50]" in text
