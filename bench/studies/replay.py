@@ -22,17 +22,12 @@ import hashlib
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-import prefetchd
+from bench.harness.daemon_run import run_and_read
 from prefetchd.kernel.framing import frame
 from testkit import s3server, sample_data
 
@@ -78,45 +73,30 @@ def sources(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def run(endpoint: str, work: Path, order: str, args: argparse.Namespace) -> tuple[float, str, int]:
     """One daemon run and its reader: seconds, a digest of the record sequence, records."""
-    ram = Path(tempfile.mkdtemp(prefix=f"prefetchd-replay-{os.getpid()}-", dir="/dev/shm"))
     epochs: dict[str, Any] = {"count": 1, "shuffle": True, "seed": 3, "order": order}
-    config = {
-        **sources(endpoint, args),
-        "epochs": epochs,
-        "download": {"cache_dir": str(work / "cache"), "window": args.window},
-        "output": {
-            "ram_dir": str(ram / "ram"),
-            "ram_budget": args.ram_budget,
-            "shard_size": args.shard_size,
-        },
-        "status": {"state_dir": str(work / "state")},
-        "log": {"level": "warning"},
-    }
-    work.mkdir(parents=True)
-    path = work / "prefetchd.yaml"
-    path.write_text(yaml.safe_dump(config))
-    digest, count = hashlib.sha256(), 0
-    started = time.monotonic()
-    with (work / "daemon.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "prefetchd", "run", "--config", str(path)],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-    try:
-        for record in prefetchd.records(path, timeout=300):
-            digest.update(len(record).to_bytes(8, "little"))
-            digest.update(record)
-            count += 1
-        elapsed = time.monotonic() - started
-        proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        shutil.rmtree(ram, ignore_errors=True)
-    return elapsed, digest.hexdigest()[:16], count
+
+    def config(ram: Path) -> dict[str, Any]:
+        return {
+            **sources(endpoint, args),
+            "epochs": epochs,
+            "download": {"cache_dir": str(work / "cache"), "window": args.window},
+            "output": {
+                "ram_dir": str(ram),
+                "ram_budget": args.ram_budget,
+                "shard_size": args.shard_size,
+            },
+            "status": {"state_dir": str(work / "state")},
+            "log": {"level": "warning"},
+        }
+
+    digest = hashlib.sha256()
+
+    def each(record: bytes) -> None:
+        digest.update(len(record).to_bytes(8, "little"))
+        digest.update(record)
+
+    done = run_and_read(work, config, each, label="replay")
+    return done.seconds, digest.hexdigest()[:16], done.records
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,19 +18,14 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import resource
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-import prefetchd
+from bench.harness.daemon_run import run_and_read
 from prefetchd.kernel.framing import frame
 from testkit import s3server, sample_data
 
@@ -61,14 +56,8 @@ def upload(endpoint: str, args: argparse.Namespace) -> dict[str, int]:
     return sizes
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def run(endpoint: str, work: Path, sizes: dict[str, int] | None) -> tuple[float, int]:
     """One daemon run and its reader (three sources if ``sizes``): daemon CPU-s, records."""
-    ram = Path(tempfile.mkdtemp(prefix=f"prefetchd-sources-{os.getpid()}-", dir="/dev/shm"))
     store = {"endpoint_url": endpoint, "region": "us-east-1"}
     sources: dict[str, Any] = {"source": {"url": f"s3://{BUCKET}/data/", **store}}
     if sizes is not None:
@@ -83,36 +72,19 @@ def run(endpoint: str, work: Path, sizes: dict[str, int] | None) -> tuple[float,
                 for name, size in sizes.items()
             ]
         }
-    config = {
-        **sources,
-        "epochs": {"count": 1, "shuffle": True, "seed": 3},
-        "download": {"cache_dir": str(work / "cache"), "window": "256MiB"},
-        "output": {"ram_dir": str(ram / "ram"), "ram_budget": "256MiB", "shard_size": "8MiB"},
-        "status": {"state_dir": str(work / "state")},
-        "log": {"level": "warning"},
-    }
-    work.mkdir(parents=True)
-    path = work / "prefetchd.yaml"
-    path.write_text(yaml.safe_dump(config))
-    count = 0
-    before = children_cpu()
-    with (work / "daemon.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "prefetchd", "run", "--config", str(path)],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-    try:
-        for _ in prefetchd.records(path, timeout=300):
-            count += 1
-        proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        shutil.rmtree(ram, ignore_errors=True)
-    return children_cpu() - before, count
+
+    def config(ram: Path) -> dict[str, Any]:
+        return {
+            **sources,
+            "epochs": {"count": 1, "shuffle": True, "seed": 3},
+            "download": {"cache_dir": str(work / "cache"), "window": "256MiB"},
+            "output": {"ram_dir": str(ram), "ram_budget": "256MiB", "shard_size": "8MiB"},
+            "status": {"state_dir": str(work / "state")},
+            "log": {"level": "warning"},
+        }
+
+    done = run_and_read(work, config, label="sources")
+    return done.cpu, done.records
 
 
 def main(argv: list[str] | None = None) -> int:
