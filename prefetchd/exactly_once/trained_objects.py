@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,16 @@ class ListingId:
 
     def to_json(self) -> dict[str, Any]:
         return {"n": self.n, "digest": self.digest}
+
+    @classmethod
+    def of_sources(cls, shares: Sequence[ListingId]) -> ListingId:
+        """The listing of a host's shares of several sources (``sources:``): their object
+        count and a digest of each share's, in the sources' order. The ordinals of a job of
+        several sources are places in the host's mixed plan, a function of every share."""
+        digest = hashlib.sha256()
+        for share in shares:
+            digest.update(f"{share.n}\0{share.digest}\n".encode())
+        return cls(sum(share.n for share in shares), digest.hexdigest()[:16])
 
     @classmethod
     def from_json(cls, raw: Any) -> ListingId:
