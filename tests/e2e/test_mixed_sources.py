@@ -659,3 +659,85 @@ def test_a_restarted_job_continues_the_weight_schedule(
         shares = byte_shares(up, tokens)
         for name, weight in weights.items():
             assert abs(shares[name] - weight) <= 0.01, (e, shares)
+
+
+def test_a_job_of_three_sources_resumed_from_two_hosts_on_three_trains_each_read_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """``sharding.resume_from`` with several sources: two hosts each train part of epoch 0 and
+    are SIGKILLed; three new hosts get their positions only. Every planned read of epoch 0 (the
+    old hosts' plans: books' objects are read several times in it) is trained exactly once over
+    old and new hosts, and epoch 1 is each new host's own plan, split three ways. Before, a
+    books object added since the old job is refused (exit 2, one line naming the old host)."""
+    up = upload(s3_client, bucket)
+
+    def host(name: str, hosts: int, index: int, **resume: Any) -> Path:
+        sharding = {"num_workers": hosts, "worker_index": index, **resume}
+        return mixed_config(
+            tmp_path, name, write_config, bucket, sharding=sharding, output__shard_size="64KiB"
+        )
+
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    old = [host(f"old{i}", 2, i) for i in range(2)]
+    before: list[list[Any]] = []
+    for i, config in enumerate(old):
+        daemon = run_daemon(config)
+        ckpt = tmp_path / f"old{i}" / "ckpt.json"
+        args = (str(ckpt), "--epochs", str(EPOCHS), "--save-every", "7", "--tokens")
+        crash = ("--crash-after", str(1500 + 400 * i), "--crash-epoch", "0")
+        trainer = start_trainer(RESUME_TRAINER, config, tmp_path / f"old{i}.json", *args, *crash)
+        assert trainer.wait(120) == -signal.SIGKILL
+        daemon.stop()
+        saved = json.loads(ckpt.read_text())
+        assert saved["position"]["epoch"] == 0 and saved["position"]["objects"]["epoch"] == 0
+        (positions / f"host{i}.json").write_text(json.dumps(saved["position"]))
+        before += saved["records"]
+    resume = {"resume_from": str(positions)}
+
+    added = "mix/books/020a.tar"  # a key the old hosts' listings did not have
+    s3_client.copy_object(
+        Bucket=books_bucket(bucket),
+        Key=added,
+        CopySource={"Bucket": books_bucket(bucket), "Key": "mix/books/000.tar"},
+    )
+    refused = prefetchd_cli("run", host("refused", 3, 0, **resume))
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
+    moved = next(h for h in range(2) if in_share(added, 2, h))
+    assert f"the sources changed since the old job: host {moved} of 2" in lines[0], lines[0]
+    s3_client.delete_object(Bucket=books_bucket(bucket), Key=added)
+
+    new = [host(f"new{j}", 3, j, **resume) for j in range(3)]
+    daemons = [run_daemon(config) for config in new]
+    outs = [tmp_path / f"new{j}.json" for j in range(3)]
+    trainers = [
+        start_trainer(
+            RESUME_TRAINER,
+            config,
+            out,
+            str(tmp_path / f"new{j}" / "ckpt.json"),
+            "--epochs",
+            str(EPOCHS),
+            "--tokens",
+        )
+        for j, (config, out) in enumerate(zip(new, outs, strict=True))
+    ]
+    after = [finish_trainer(t, out)["records"] for t, out in zip(trainers, outs, strict=True)]
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    planned = plan(up, old[0], 0) + plan(up, old[1], 0)
+    assert 0 < sum(1 for e, _ in before if e == 0) < sum(planned.values()) // 2
+    trained = Counter(t.encode() for e, t in before + [r for h in after for r in h] if e == 0)
+    assert trained == planned, "epoch 0: a planned read lost or trained twice across hosts"
+    for config, records in zip(new, after, strict=True):
+        got = Counter(t.encode() for e, t in records if e == 1)
+        assert got and got == plan(up, config, 1), "epoch 1: each new host's own plan, once"
+    status = read_status(Layout.of(load_config(new[0])))
+    assert status is not None and status.job_resumed is not None
+    assert status.job_resumed.startswith("resumed epoch 0 of a job of 2 hosts")
