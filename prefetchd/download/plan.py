@@ -4,14 +4,17 @@ Each epoch goes over the host's share in its seeded order (``order.epoch_permuta
 ``Job`` per object not yet finished; an object a previous run logged as published or skipped
 (the download log) is not fetched again, except one whose file vanished after it was published.
 When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
-Before its first job, ``epochs/<k>.listing`` names the share the order is over
+Before its first job, ``epochs/<k>.listing`` names the share (every source's) the order is over
 (``trained_objects.ListingId``), for the positions trainers save (a resume on another number
 of hosts checks it).
 
 With several sources (``sources:``) an epoch's objects come from every source's share by
 weight (``mixture.py``): each position of the order is a (source, period, row), and an object's
 hash covers its source and period too (``mixed_key_hash``), so two sources listing one key, or
-one object read twice in an epoch, never share a name or a download-log line. Each source's
+one object read twice in an epoch, never share a name or a download-log line. Resumed on
+another number of hosts, the interrupted epoch is the reads left of it (``Remainder``: its rows
+for one source, its ``mix`` for several), with the records trained of those begun as each
+job's ``skip``. Each source's
 figures for the report are ``source_figures.py``'s.
 """
 

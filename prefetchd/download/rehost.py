@@ -14,6 +14,13 @@ one the old hosts had: ``split_remainder`` recomputes each old host's share's ``
 from the new listing and refuses one that differs from the one its positions name
 (``host_positions.check_listings``, exit 2). The supervisor does the same before it touches
 anything (``check_source``), listing the source once more for it.
+
+With several sources (``sources:``, ``on_exhausted: repeat``), ``split_mixed``: an old host's
+ordinals are places in its mixed plan (``mixture.epoch_mix`` over its shares of every source),
+which each new host rebuilds from every source's whole listing; each read ``(source, period,
+key)`` not finished whose key is its own under M goes into its ``Remainder.mix`` (keeping its
+period, so its local name), ordered by where it stood in its old plan, then balanced for the
+writers. The listing checked is each old host's ``ListingId.of_sources`` over its shares.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ object count and a digest of its keys, sizes and ETags in key order, which the d
 writes to ``state_dir/epochs/<k>.listing`` when it lays out epoch k and a trainer reads once
 per epoch. The epoch order is a function of the key-sorted share, the seed and the epoch, so
 the same ``listing`` means the same ordinals; a resume on another number of hosts recomputes
-each old host's from the new listing and refuses a mismatch (``check_listings``).
+each old host's from the new listing and refuses a mismatch (``check_listings``). With several
+sources the ordinals are places in the host's mixed plan of every source (an object may be read
+twice in it), and ``listing`` covers all its shares (``ListingId.of_sources``).
 
 What a position is valid for, ``job_tag``, is here too (pure). The positions of every host of
 the old job are read back by ``host_positions.py``.

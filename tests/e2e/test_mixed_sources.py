@@ -711,6 +711,9 @@ def test_a_job_of_three_sources_resumed_from_two_hosts_on_three_trains_each_read
     assert len(lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
     moved = next(h for h in range(2) if in_share(added, 2, h))
     assert f"the sources changed since the old job: host {moved} of 2" in lines[0], lines[0]
+    check = prefetchd_cli("check", host("refused", 3, 0, **resume))
+    said = check.stdout + check.stderr
+    assert check.returncode != 0 and f"changed since the old job: host {moved} of 2" in said
     s3_client.delete_object(Bucket=books_bucket(bucket), Key=added)
 
     new = [host(f"new{j}", 3, j, **resume) for j in range(3)]
