@@ -14,7 +14,7 @@ import yaml
 
 from prefetchd.config import Config, load_config
 from prefetchd.consume.position_format import job_for
-from prefetchd.download.mixture import epoch_mix
+from prefetchd.download.mixture import EpochMix, epoch_mix
 from prefetchd.download.order import SourceObject, host_of
 from prefetchd.download.rehost import split_mixed, streams_of
 from prefetchd.download.share import ShareTable
@@ -55,9 +55,12 @@ def _config(root: Path, **sharding: Any) -> Config:
     return load_config(path)
 
 
-def _old_job(tmp_path: Path, old: int, seed: int) -> tuple[Path, dict[Read, Ranges | None]]:
+def _old_job(
+    tmp_path: Path, old: int, seed: int, finished: int | None = None
+) -> tuple[Path, dict[Read, Ranges | None]]:
     """Positions of ``old`` hosts that trained part of epoch ``EPOCH`` (some reads whole, some
-    begun), and what is left: each untrained read, with the records trained of it."""
+    begun; host ``finished``: all of it, its position at the next epoch's start), and what is
+    left: each untrained read, with the records trained of it."""
     positions = tmp_path / "positions"
     positions.mkdir()
     plain = _config(tmp_path / "old")
@@ -83,15 +86,30 @@ def _old_job(tmp_path: Path, old: int, seed: int) -> tuple[Path, dict[Read, Rang
         job = {**job_for(plain), "host": [h, old]}
         raw = {"version": 2, "epoch": EPOCH, "consumed": [], "records": {}, "job": job}
         raw["objects"] = progress.to_json()
+        if h == finished:
+            left = {read: v for read, v in left.items() if not _in_plan(read, shares, plan)}
+            raw["epoch"] = EPOCH + 1
+            raw["objects"] = TrainedObjects(EPOCH + 1, listing=progress.listing).to_json()
         (positions / f"host{h}.json").write_text(json.dumps(raw))
     return positions, left
 
 
-@pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 2), (1, 2)])
+def _in_plan(read: Read, shares: list[ShareTable], plan: EpochMix) -> bool:
+    source, period, key = read
+    return any(
+        s == source and p == period and shares[s][r].key == key
+        for s, p, r in (plan.at(i) for i in range(len(plan)))
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "finished"), [(2, 3, None), (3, 2, None), (1, 2, None), (2, 3, 1)]
+)
 def test_the_new_hosts_split_exactly_the_reads_the_old_ones_left(
-    tmp_path: Path, old: int, new: int
+    tmp_path: Path, old: int, new: int, finished: int | None
 ) -> None:
-    positions, left = _old_job(tmp_path, old, seed=old * 10 + new)
+    """``finished``: an old host that had trained all of the epoch (none of its reads left)."""
+    positions, left = _old_job(tmp_path, old, seed=old * 10 + new, finished=finished)
     assert any(p > 0 for _, p, _ in left), "the epoch reads some object a second time"
     listed = [ShareTable.of(objs) for objs in _listing()]
     got: dict[Read, Ranges | None] = {}
