@@ -735,6 +735,9 @@ def test_a_job_of_three_sources_resumed_from_two_hosts_on_three_trains_each_read
     said = check.stdout + check.stderr
     assert check.returncode != 0 and f"changed since the old job: host {moved} of 2" in said
     s3_client.delete_object(Bucket=books_bucket(bucket), Key=added)
+    check = prefetchd_cli("check", host("refused", 3, 0, **resume))
+    said = check.stdout + check.stderr
+    assert "the sources hold the keys the 2 old hosts' positions were saved over" in said, said
 
     new = [host(f"new{j}", 3, j, **resume) for j in range(3)]
     daemons = [run_daemon(config) for config in new]
