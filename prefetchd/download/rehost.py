@@ -128,10 +128,12 @@ def streams_of(config: Config, sizes: Sequence[array[int]]) -> Streams:
 @dataclass
 class _OldHosts:
     """Every source's whole listing split by old host: each old host's rows of each source (in
-    key order, as that host listed its share), this host's rows under the new sharding, and
-    each whole row's place in this host's share (``NOT_MINE`` if it is another host's)."""
+    key order, as that host listed its share) and its ``ListingId`` over all its shares as
+    listed now (``identities``), this host's rows under the new sharding, and each whole row's
+    place in this host's share (``NOT_MINE`` if it is another host's)."""
 
     old_rows: list[list[array[int]]]  # [old host][source] -> rows of the whole listing
+    identities: list[ListingId]  # [old host] -> its shares' ListingId.of_sources
     mine: list[array[int]]  # [source] -> rows of the whole listing that are this host's now
     new_row: list[array[int]]  # [source][whole row] -> row in this host's share, or NOT_MINE
 
@@ -141,11 +143,15 @@ NOT_MINE = 2**64 - 1
 
 def _split_by_host(listed: Sequence[ShareTable], config: Config, old: int) -> _OldHosts:
     new, index = config.sharding.num_workers, config.sharding.worker_index
-    split = _OldHosts([[array("Q") for _ in listed] for _ in range(old)], [], [])
+    old_rows = [[array("Q") for _ in listed] for _ in range(old)]
+    digests = [[ListingDigest() for _ in listed] for _ in range(old)]
+    split = _OldHosts(old_rows, [], [], [])
     for s, table in enumerate(listed):
         mine, new_row = array("Q"), array("Q")
         for row, obj in enumerate(table):
-            split.old_rows[host_of(obj.key, old) if old > 1 else 0][s].append(row)
+            h = host_of(obj.key, old) if old > 1 else 0
+            old_rows[h][s].append(row)
+            digests[h][s].add(obj)
             if new == 1 or host_of(obj.key, new) == index:
                 new_row.append(len(mine))
                 mine.append(row)
@@ -153,21 +159,8 @@ def _split_by_host(listed: Sequence[ShareTable], config: Config, old: int) -> _O
                 new_row.append(NOT_MINE)
         split.mine.append(mine)
         split.new_row.append(new_row)
+    split.identities = [ListingId.of_sources([d.identity() for d in ds]) for ds in digests]
     return split
-
-
-def _old_identities(listed: Sequence[ShareTable], split: _OldHosts) -> list[ListingId]:
-    """Each old host's ``ListingId`` over its shares of every source, as listed now."""
-    out = []
-    for rows in split.old_rows:
-        ids = []
-        for s, table in enumerate(listed):
-            digest = ListingDigest()
-            for row in rows[s]:
-                digest.add(table[row])
-            ids.append(digest.identity())
-        out.append(ListingId.of_sources(ids))
-    return out
 
 
 def split_mixed(
@@ -182,7 +175,7 @@ def split_mixed(
     its old host's plan, as a fraction of that plan, then balanced for the writers."""
     old, epoch = hosts.num_workers, hosts.epoch
     split = _split_by_host(listed, config, old)
-    check_listings(hosts, _old_identities(listed, split), len(listed))
+    check_listings(hosts, split.identities, len(listed))
     whole_sizes = [table.sizes() for table in listed]
     reads: list[tuple[float, int, int, int, int, int]] = []  # (at, host, seq, source, ...)
     ranges_of: dict[tuple[int, int], Ranges] = {}
@@ -257,7 +250,7 @@ def check_source(config: Config, hosts: HostPositions) -> list[int]:
         tables.append(listed)
     if config.mixed:
         split = _split_by_host(tables, config, hosts.num_workers)
-        return check_listings(hosts, _old_identities(tables, split), len(tables))
+        return check_listings(hosts, split.identities, len(tables))
     now = [digest.identity() for digest in old_listings(tables[0], hosts.num_workers)]
     return check_listings(hosts, now)
 
