@@ -668,19 +668,25 @@ def _host_of_job(
     """``host(name, hosts, index, **sharding)``: the config of one host of a job of three
     sources, small shards (so a saved position falls inside the epoch)."""
 
-    def host(name: str, hosts: int, index: int, **resume: Any) -> Path:
+    def host(name: str, hosts: int, index: int, count: int = EPOCHS, **resume: Any) -> Path:
         sharding = {"num_workers": hosts, "worker_index": index, **resume}
         return mixed_config(
-            tmp_path, name, write_config, bucket, sharding=sharding, output__shard_size="64KiB"
+            tmp_path,
+            name,
+            write_config,
+            bucket,
+            epochs={"count": count},
+            sharding=sharding,
+            output__shard_size="64KiB",
         )
 
     return host
 
 
-def _old_hosts_killed_in_epoch_0(
-    tmp_path: Path, old: list[Path], run_daemon: Callable[..., Any]
+def _old_hosts_killed_in_epoch(
+    tmp_path: Path, old: list[Path], run_daemon: Callable[..., Any], epoch: int = 0
 ) -> tuple[Path, list[list[Any]]]:
-    """Each old host's trainer SIGKILLed inside epoch 0, its daemon stopped and its state
+    """Each old host's trainer SIGKILLed inside ``epoch``, its daemon stopped and its state
     gone: the directory of their saved positions and the records those say were trained."""
     positions = tmp_path / "positions"
     positions.mkdir()
@@ -688,13 +694,14 @@ def _old_hosts_killed_in_epoch_0(
     for i, config in enumerate(old):
         daemon = run_daemon(config)
         ckpt = tmp_path / f"old{i}" / "ckpt.json"
-        args = (str(ckpt), "--epochs", str(EPOCHS), "--save-every", "7", "--tokens")
-        crash = ("--crash-after", str(1500 + 400 * i), "--crash-epoch", "0")
+        count = load_config(config).epochs.count
+        args = (str(ckpt), "--epochs", str(count), "--save-every", "7", "--tokens")
+        crash = ("--crash-after", str(1500 + 400 * i), "--crash-epoch", str(epoch))
         trainer = start_trainer(RESUME_TRAINER, config, tmp_path / f"old{i}.json", *args, *crash)
         assert trainer.wait(120) == -signal.SIGKILL
         daemon.stop()
         saved = json.loads(ckpt.read_text())
-        assert saved["position"]["epoch"] == 0 and saved["position"]["objects"]["epoch"] == 0
+        assert saved["position"]["epoch"] == epoch == saved["position"]["objects"]["epoch"]
         (positions / f"host{i}.json").write_text(json.dumps(saved["position"]))
         before += saved["records"]
         shutil.rmtree(tmp_path / f"old{i}" / "state", ignore_errors=True)  # the old host is gone
@@ -716,7 +723,7 @@ def test_a_job_of_three_sources_resumed_from_two_hosts_on_three_trains_each_read
     up = upload(s3_client, bucket)
     host = _host_of_job(tmp_path, write_config, bucket)
     old = [host(f"old{i}", 2, i) for i in range(2)]
-    positions, before = _old_hosts_killed_in_epoch_0(tmp_path, old, run_daemon)
+    positions, before = _old_hosts_killed_in_epoch(tmp_path, old, run_daemon)
     resume = {"resume_from": str(positions)}
 
     added = "mix/books/020a.tar"  # a key the old hosts' listings did not have
@@ -783,7 +790,7 @@ def test_a_new_host_of_three_sources_killed_in_the_resumed_epoch_resumes_it_exac
     up = upload(s3_client, bucket)
     host = _host_of_job(tmp_path, write_config, bucket)
     old = [host(f"old{i}", 2, i) for i in range(2)]
-    positions, before = _old_hosts_killed_in_epoch_0(tmp_path, old, run_daemon)
+    positions, before = _old_hosts_killed_in_epoch(tmp_path, old, run_daemon)
     new = [host(f"new{j}", 3, j, resume_from=str(positions)) for j in range(3)]
     daemons = [run_daemon(config) for config in new]
     ckpts = [tmp_path / f"new{j}" / "ckpt.json" for j in range(3)]
@@ -809,3 +816,38 @@ def test_a_new_host_of_three_sources_killed_in_the_resumed_epoch_resumes_it_exac
     assert Counter(t.encode() for e, t in every if e == 0) == planned, "epoch 0"
     later = sum((plan(up, config, 1) for config in new), Counter[bytes]())
     assert Counter(t.encode() for e, t in every if e == 1) == later, "epoch 1"
+
+
+def test_a_job_of_three_sources_interrupted_in_epoch_1_resumes_on_three_hosts(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """The interrupted epoch is not the first (each source's window starts inside its stream):
+    epoch 0 was the old hosts', epoch 1 is trained once over old and new hosts, epoch 2 is each
+    new host's own plan."""
+    up = upload(s3_client, bucket)
+    host = _host_of_job(tmp_path, write_config, bucket)
+    old = [host(f"old{i}", 2, i, count=3) for i in range(2)]
+    positions, before = _old_hosts_killed_in_epoch(tmp_path, old, run_daemon, epoch=1)
+    new = [host(f"new{j}", 3, j, count=3, resume_from=str(positions)) for j in range(3)]
+    daemons = [run_daemon(config) for config in new]
+    outs = [tmp_path / f"new{j}.json" for j in range(3)]
+    ckpts = [str(tmp_path / f"new{j}" / "ckpt.json") for j in range(3)]
+    trainers = [
+        start_trainer(RESUME_TRAINER, config, out, ckpt, "--epochs", "3", "--tokens")
+        for config, out, ckpt in zip(new, outs, ckpts, strict=True)
+    ]
+    after = [finish_trainer(t, out)["records"] for t, out in zip(trainers, outs, strict=True)]
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    every = before + [r for h in after for r in h]
+    for epoch in (0, 1):
+        planned = plan(up, old[0], epoch) + plan(up, old[1], epoch)
+        assert Counter(t.encode() for e, t in every if e == epoch) == planned, f"epoch {epoch}"
+    assert not any(e == 0 for h in after for e, _ in h), "the new hosts pass over epoch 0"
+    for config, records in zip(new, after, strict=True):
+        got = Counter(t.encode() for e, t in records if e == 2)
+        assert got and got == plan(up, config, 2), "epoch 2: each new host's own plan, once"
