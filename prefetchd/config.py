@@ -356,7 +356,8 @@ def _sources(raw: object, base_dir: Path | None) -> tuple[SourceConfig, ...]:
 
 def _check_sources(config: Config) -> None:
     """What a job of several sources needs: one store (the downloader's one client; buckets
-    may differ), and no ``sharding.resume_from`` yet (docs/sources.md)."""
+    may differ), and ``sharding.resume_from`` only with ``on_exhausted: repeat``
+    (docs/sources.md)."""
     epochs = config.epochs
     if not config.mixed:
         if epochs.weights_by_epoch:
@@ -371,10 +372,12 @@ def _check_sources(config: Config) -> None:
                     f"now (the same endpoint_url, region, profile and addressing_style); {key} "
                     "differs"
                 )
-    if config.sharding.resume_from is not None:
+    if config.sharding.resume_from is not None and epochs.on_exhausted != "repeat":
         raise ConfigError(
-            "sharding.resume_from is not allowed with several sources yet (a resume on another"
-            " number of hosts reads one source's share)"
+            f"sharding.resume_from is not allowed with several sources and epochs.on_exhausted "
+            f"{epochs.on_exhausted!r} yet: with stop, the objects an epoch did not read open the "
+            "next one, and the old hosts' unread objects are not where the new hosts' streams "
+            "start (docs/sources.md); use on_exhausted: repeat"
         )
     names = {s.name for s in config.sources}
     last = -1

@@ -137,9 +137,10 @@ def _check_resume_listing(config: Config) -> Finding:
         return Finding("fail", str(exc))
     if unchecked:
         return Finding("warn", unchecked_note(hosts, unchecked))
+    holds = "the sources hold" if config.mixed else "the source holds"
     return Finding(
         "ok",
-        f"sharding.resume_from: the source holds the keys the {hosts.num_workers} old hosts' "
+        f"sharding.resume_from: {holds} the keys the {hosts.num_workers} old hosts' "
         "positions were saved over",
     )
 

@@ -3,9 +3,9 @@
 A fleet's hosts start in turn (``stagger.py``). Each source's share is listed one after
 another (``store.list_share``), its progress reported (status shows it: a bucket of millions
 of keys lists for minutes, and a starving trainer should read why). A job resuming one run on
-another number of hosts lists every key (each key's old host is needed) and keeps this host's
-part of what the old hosts left of the interrupted epoch (``rehost.py``). Objects over the
-record limit are named before anything is fetched (``oversize.py``).
+another number of hosts lists every key of every source (each key's old host is needed) and
+keeps this host's part of what the old hosts left of the interrupted epoch (``rehost.py``).
+Objects over the record limit are named before anything is fetched (``oversize.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from prefetchd.child.context import ChildContext
 from prefetchd.config import ShardingConfig
-from prefetchd.download.rehost import Remainder, split_remainder
+from prefetchd.download.rehost import Remainder, split_mixed, split_remainder
 from prefetchd.download.share import ShareTable
 from prefetchd.download.signals import Signals
 from prefetchd.download.stagger import start_delay
@@ -56,9 +56,42 @@ class ShareLister:
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     def list_shares(self) -> list[ShareTable]:
-        """This host's share of every source, listed one source after another."""
+        """This host's share of every source, listed one source after another; resuming on
+        another number of hosts, every source whole, then split (``rehost.py``)."""
         client = make_client(self.config, pool=8, signals=self.signals)
-        return [self._list_share(client, index) for index in range(len(self.config.sources))]
+        hosts = self._resumed_hosts()
+        count = len(self.config.sources)
+        whole = hosts is not None
+        oversized = [Oversized(self.config, index) for index in range(count)]
+        listed = [
+            self._list_share(client, index, oversized[index], whole) for index in range(count)
+        ]
+        if hosts is not None:
+            listed = self._split(listed, hosts)
+            for share, over in zip(listed, oversized, strict=True):
+                for obj in share:  # this host's objects only, as without resume_from
+                    over.add(obj.key, obj.size)
+        return [self._checked(listed[index], index, oversized[index]) for index in range(count)]
+
+    def _split(self, listed: list[ShareTable], hosts: HostPositions) -> list[ShareTable]:
+        """This host's shares and its part of the interrupted epoch, from every source whole."""
+        if self.config.mixed:
+            listed, remainder = split_mixed(listed, self.config, hosts)
+            left = len(remainder.mix or ())
+        else:
+            share, remainder = split_remainder(listed[0], self.config, hosts)
+            listed, left = [share], len(remainder.rows)
+        self.remainder = remainder
+        log.info(
+            "resuming epoch %d of a job of %d hosts: %d objects of this host's share left "
+            "(%d finished by the old hosts, %d records of objects begun left out)",
+            remainder.epoch,
+            hosts.num_workers,
+            left,
+            remainder.objects_trained,
+            remainder.records_skipped,
+        )
+        return listed
 
     def listed(self, count: int) -> None:
         """Listing progress: status shows it (a bucket of millions of keys lists for minutes,
@@ -66,40 +99,32 @@ class ShareLister:
         self.counters["objects_listed"] = count
         self.ctx.report()
 
-    def _list_share(self, client: S3Client, index: int) -> ShareTable:
-        # with several sources resume_from is refused at load: hosts is None for them
-        hosts = self._resumed_hosts()
-        # resumed on another number of hosts: every key's old host is needed, so list them all
+    def _list_share(
+        self, client: S3Client, index: int, oversized: Oversized, whole: bool
+    ) -> ShareTable:
+        """Source ``index``'s share (``whole``: every key, each key's old host being needed),
+        its objects over the record limit added to ``oversized`` (unless ``whole``)."""
         listing = self.config
-        if hosts is not None:
+        if whole:
             listing = replace(self.config, sharding=ShardingConfig())
         share = ShareTable()
-        oversized = Oversized(self.config, index)
-        source, sharding = self.config.sources[index], self.config.sharding
+        source = self.config.sources[index]
         try:
             for obj in list_share(client, listing, listed=self.listed, source=source):
                 share.append(obj)
-                if hosts is None:
+                if not whole:
                     oversized.add(obj.key, obj.size)
             share.finish()
         except RuntimeFailure:
             raise
         except Exception as exc:
             raise boot_failure(self.config, exc, source) from None
-        if hosts is not None:
-            share, remainder = split_remainder(share, self.config, hosts)
-            self.remainder = remainder
-            for obj in share:  # this host's objects only, as without resume_from
-                oversized.add(obj.key, obj.size)
-            log.info(
-                "resuming epoch %d of a job of %d hosts: %d objects of this host's share left "
-                "(%d finished by the old hosts, %d records of objects begun left out)",
-                remainder.epoch,
-                hosts.num_workers,
-                len(remainder.rows),
-                remainder.objects_trained,
-                remainder.records_skipped,
-            )
+        return share
+
+    def _checked(self, share: ShareTable, index: int, oversized: Oversized) -> ShareTable:
+        """``share`` of source ``index`` told in the log, refused if empty, its objects over
+        the record limit named."""
+        source, sharding = self.config.sources[index], self.config.sharding
         where = f"{source.url}" if not self.config.mixed else f"{source.url} (source {source.name})"
         if not share:
             raise RuntimeFailure(

@@ -205,7 +205,17 @@ def epoch_mix(streams: Streams, epoch: int, *, balanced: bool = True) -> EpochMi
         mix.rows.append(row)
     if not balanced or len(streams.sizes) < 2:
         return mix
-    order = _balanced(mix.sources, array("L", range(len(mix))), BALANCE_LEVELS)
+    return balanced_mix(mix)
+
+
+def balanced_order(mix: EpochMix) -> array[int]:
+    """The places of ``mix`` (in merged order) in the order balanced for the writers."""
+    return _balanced(mix.sources, array("L", range(len(mix))), BALANCE_LEVELS)
+
+
+def balanced_mix(mix: EpochMix) -> EpochMix:
+    """``mix`` (in merged order) balanced for the writers (``_balanced``)."""
+    order = balanced_order(mix)
     return EpochMix(
         array("B", (mix.sources[i] for i in order)),
         array("L", (mix.periods[i] for i in order)),

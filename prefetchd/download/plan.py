@@ -4,14 +4,17 @@ Each epoch goes over the host's share in its seeded order (``order.epoch_permuta
 ``Job`` per object not yet finished; an object a previous run logged as published or skipped
 (the download log) is not fetched again, except one whose file vanished after it was published.
 When every object of epoch k is published or skipped, ``epochs/<k>.downloaded`` is written.
-Before its first job, ``epochs/<k>.listing`` names the share the order is over
+Before its first job, ``epochs/<k>.listing`` names the share (every source's) the order is over
 (``trained_objects.ListingId``), for the positions trainers save (a resume on another number
 of hosts checks it).
 
 With several sources (``sources:``) an epoch's objects come from every source's share by
 weight (``mixture.py``): each position of the order is a (source, period, row), and an object's
 hash covers its source and period too (``mixed_key_hash``), so two sources listing one key, or
-one object read twice in an epoch, never share a name or a download-log line. Each source's
+one object read twice in an epoch, never share a name or a download-log line. Resumed on
+another number of hosts, the interrupted epoch is the reads left of it (``Remainder``: its rows
+for one source, its ``mix`` for several), with the records trained of those begun as each
+job's ``skip``. Each source's
 figures for the report are ``source_figures.py``'s.
 """
 
@@ -29,11 +32,12 @@ from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
 from prefetchd.download.mixture import EpochMix, Streams, epoch_mix
 from prefetchd.download.order import SourceObject, epoch_permutation
-from prefetchd.download.rehost import Remainder
+from prefetchd.download.rehost import Remainder, streams_of
 from prefetchd.download.share import ShareTable
 from prefetchd.download.source_figures import SourceFigures
 from prefetchd.exactly_once.download_log import DownloadLog
 from prefetchd.exactly_once.markers import first_epoch_without, mark_downloaded
+from prefetchd.exactly_once.trained_objects import ListingId
 from prefetchd.layout import (
     Layout,
     key_hash,
@@ -116,8 +120,7 @@ class EpochPlan:
             if epoch > self.first_epoch:
                 self.before_epoch()
             total = self.epoch_length(epoch)
-            if not self.config.mixed:  # a resume on other hosts checks it (one source only)
-                self._write_listing(epoch)
+            self._write_listing(epoch)  # a resume on other hosts checks it
             progress = EpochProgress(total, bytearray(total))
             self.epochs[epoch] = progress
             mix = self.mix(epoch) if self.config.mixed else None
@@ -160,7 +163,12 @@ class EpochPlan:
         """``epochs/<epoch>.listing``: the share's ``ListingId`` (computed once per run, read
         back once per epoch), rewritten only if a restart listed another share."""
         if self._listing is None:
-            self._listing = json.dumps(self.share.identity().to_json()).encode()
+            identity = (
+                ListingId.of_sources([share.identity() for share in self.shares])
+                if self.config.mixed
+                else self.share.identity()
+            )
+            self._listing = json.dumps(identity.to_json()).encode()
         path = self.layout.epoch_listing(epoch)
         try:
             if path.read_bytes() == self._listing:
@@ -171,19 +179,15 @@ class EpochPlan:
 
     def streams(self) -> Streams:
         """The sources' streams over the listed shares (``mixture.py``)."""
-        config = self.config
-        return Streams(
-            sizes=tuple(share.sizes() for share in self.shares),
-            base=tuple(s.weight for s in config.sources),
-            names=tuple(s.name for s in config.sources),
-            schedule=config.epochs.weights_by_epoch,
-            on_exhausted=config.epochs.on_exhausted,
-            seed=config.epochs.seed,
-            shuffle=config.epochs.shuffle,
-        )
+        return streams_of(self.config, [share.sizes() for share in self.shares])
 
     def mix(self, epoch: int) -> EpochMix:
-        """``epoch``'s mixed order (several sources), computed once per epoch."""
+        """``epoch``'s mixed order (several sources), computed once per epoch; the reads left
+        of it, resumed on another number of hosts (``rehost.split_mixed``)."""
+        remainder = self.remainder
+        if remainder is not None and remainder.mix is not None and epoch == remainder.epoch:
+            self._mixes[epoch] = remainder.mix  # the report's figures read it there
+            return remainder.mix
         if epoch not in self._mixes:
             if self._streams is None:
                 self._streams = self.streams()
@@ -224,6 +228,7 @@ class EpochPlan:
         if self.config.mixed:
             job.format = self.config.sources[source].format
             job.bucket = self.config.sources[source].bucket
+            job.skip = self._skip(epoch, seq)  # by place in the remainder's mix
         else:
             job.skip = self._skip(epoch, self._order_of(epoch)[seq])
         return job
@@ -244,12 +249,13 @@ class EpochPlan:
             return None
         return self.job_at(parsed[0], parsed[1])
 
-    def _skip(self, epoch: int, row: int) -> list[list[int]] | None:
-        """The records of the object at ``row`` trained before a resume on another number of
-        hosts (the writer leaves them out)."""
+    def _skip(self, epoch: int, at: int) -> list[list[int]] | None:
+        """The records trained before a resume on another number of hosts (the writer leaves
+        them out) of the object at row ``at`` (one source) or of the read at place ``at`` of
+        the epoch's order (several sources)."""
         if self.remainder is None or epoch != self.remainder.epoch:
             return None
-        return self.remainder.skips.get(row)
+        return self.remainder.skips.get(at)
 
     def mark_done(self, job: Job) -> None:
         """``job`` is published or skipped (and logged as such)."""

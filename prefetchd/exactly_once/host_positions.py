@@ -123,22 +123,25 @@ def _listing_of(
     return {index: found.pop()} if found else {}
 
 
-def check_listings(hosts: HostPositions, now: list[ListingId]) -> list[int]:
-    """Compare each old host's listing (``now``: recomputed from the new listing, by old host)
-    with the one its positions name; raises ``ResumeError`` on the first that differs. Returns
-    the old hosts whose positions name none (saved before it was kept): those cannot be
-    checked."""
+def check_listings(hosts: HostPositions, now: list[ListingId], sources: int = 1) -> list[int]:
+    """Compare each old host's listing (``now``: recomputed from the new listing, by old host;
+    with several ``sources``, over its shares of them all, ``ListingId.of_sources``) with the
+    one its positions name; raises ``ResumeError`` on the first that differs. Returns the old
+    hosts whose positions name none (saved before it was kept): those cannot be checked."""
+    what, share, pin = "source", "share", "a source.manifest"
+    if sources > 1:
+        what, share, pin = "sources", f"shares of the {sources} sources", "each source's manifest"
     for index in range(hosts.num_workers):
         then = hosts.listings.get(index)
         if then is None or then == now[index]:
             continue
         also = " (other keys, sizes or ETags)" if then.n == now[index].n else ""
         raise ResumeError(
-            f"{hosts.where}: the source changed since the old job: host {index} of "
-            f"{hosts.num_workers} had {then.n} objects in its share then and has "
+            f"{hosts.where}: the {what} changed since the old job: host {index} of "
+            f"{hosts.num_workers} had {then.n} objects in its {share} then and has "
             f"{now[index].n} now{also}; its trained objects are found again by their place in "
             "its order over the listing, which keys added or removed move: resume with the "
-            "same keys as the old job (a source.manifest pins them)"
+            f"same keys as the old job ({pin} pins them)"
         )
     return [index for index in range(hosts.num_workers) if index not in hosts.listings]
 

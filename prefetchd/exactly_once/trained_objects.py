@@ -23,7 +23,9 @@ object count and a digest of its keys, sizes and ETags in key order, which the d
 writes to ``state_dir/epochs/<k>.listing`` when it lays out epoch k and a trainer reads once
 per epoch. The epoch order is a function of the key-sorted share, the seed and the epoch, so
 the same ``listing`` means the same ordinals; a resume on another number of hosts recomputes
-each old host's from the new listing and refuses a mismatch (``check_listings``).
+each old host's from the new listing and refuses a mismatch (``check_listings``). With several
+sources the ordinals are places in the host's mixed plan of every source (an object may be read
+twice in it), and ``listing`` covers all its shares (``ListingId.of_sources``).
 
 What a position is valid for, ``job_tag``, is here too (pure). The positions of every host of
 the old job are read back by ``host_positions.py``.
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +89,16 @@ class ListingId:
 
     def to_json(self) -> dict[str, Any]:
         return {"n": self.n, "digest": self.digest}
+
+    @classmethod
+    def of_sources(cls, shares: Sequence[ListingId]) -> ListingId:
+        """The listing of a host's shares of several sources (``sources:``): their object
+        count and a digest of each share's, in the sources' order. The ordinals of a job of
+        several sources are places in the host's mixed plan, a function of every share."""
+        digest = hashlib.sha256()
+        for share in shares:
+            digest.update(f"{share.n}\0{share.digest}\n".encode())
+        return cls(sum(share.n for share in shares), digest.hexdigest()[:16])
 
     @classmethod
     def from_json(cls, raw: Any) -> ListingId:

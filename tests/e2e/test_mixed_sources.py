@@ -18,6 +18,7 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -659,3 +660,194 @@ def test_a_restarted_job_continues_the_weight_schedule(
         shares = byte_shares(up, tokens)
         for name, weight in weights.items():
             assert abs(shares[name] - weight) <= 0.01, (e, shares)
+
+
+def _host_of_job(
+    tmp_path: Path, write_config: Callable[..., Path], bucket: str
+) -> Callable[..., Path]:
+    """``host(name, hosts, index, **sharding)``: the config of one host of a job of three
+    sources, small shards (so a saved position falls inside the epoch)."""
+
+    def host(name: str, hosts: int, index: int, count: int = EPOCHS, **resume: Any) -> Path:
+        sharding = {"num_workers": hosts, "worker_index": index, **resume}
+        return mixed_config(
+            tmp_path,
+            name,
+            write_config,
+            bucket,
+            epochs={"count": count},
+            sharding=sharding,
+            output__shard_size="64KiB",
+        )
+
+    return host
+
+
+def _old_hosts_killed_in_epoch(
+    tmp_path: Path, old: list[Path], run_daemon: Callable[..., Any], epoch: int = 0
+) -> tuple[Path, list[list[Any]]]:
+    """Each old host's trainer SIGKILLed inside ``epoch``, its daemon stopped and its state
+    gone: the directory of their saved positions and the records those say were trained."""
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    before: list[list[Any]] = []
+    for i, config in enumerate(old):
+        daemon = run_daemon(config)
+        ckpt = tmp_path / f"old{i}" / "ckpt.json"
+        count = load_config(config).epochs.count
+        args = (str(ckpt), "--epochs", str(count), "--save-every", "7", "--tokens")
+        crash = ("--crash-after", str(1500 + 400 * i), "--crash-epoch", str(epoch))
+        trainer = start_trainer(RESUME_TRAINER, config, tmp_path / f"old{i}.json", *args, *crash)
+        assert trainer.wait(120) == -signal.SIGKILL
+        daemon.stop()
+        saved = json.loads(ckpt.read_text())
+        assert saved["position"]["epoch"] == epoch == saved["position"]["objects"]["epoch"]
+        (positions / f"host{i}.json").write_text(json.dumps(saved["position"]))
+        before += saved["records"]
+        shutil.rmtree(tmp_path / f"old{i}" / "state", ignore_errors=True)  # the old host is gone
+    return positions, before
+
+
+def test_a_job_of_three_sources_resumed_from_two_hosts_on_three_trains_each_read_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """``sharding.resume_from`` with several sources: two hosts each train part of epoch 0 and
+    are SIGKILLed; three new hosts get their positions only. Every planned read of epoch 0 (the
+    old hosts' plans: books' objects are read several times in it) is trained exactly once over
+    old and new hosts, and epoch 1 is each new host's own plan, split three ways. Before, a
+    books object added since the old job is refused (exit 2, one line naming the old host)."""
+    up = upload(s3_client, bucket)
+    host = _host_of_job(tmp_path, write_config, bucket)
+    old = [host(f"old{i}", 2, i) for i in range(2)]
+    positions, before = _old_hosts_killed_in_epoch(tmp_path, old, run_daemon)
+    resume = {"resume_from": str(positions)}
+
+    added = "mix/books/020a.tar"  # a key the old hosts' listings did not have
+    s3_client.copy_object(
+        Bucket=books_bucket(bucket),
+        Key=added,
+        CopySource={"Bucket": books_bucket(bucket), "Key": "mix/books/000.tar"},
+    )
+    refused = prefetchd_cli("run", host("refused", 3, 0, **resume))
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
+    moved = next(h for h in range(2) if in_share(added, 2, h))
+    assert f"the sources changed since the old job: host {moved} of 2" in lines[0], lines[0]
+    check = prefetchd_cli("check", host("refused", 3, 0, **resume))
+    said = check.stdout + check.stderr
+    assert check.returncode != 0 and f"changed since the old job: host {moved} of 2" in said
+    s3_client.delete_object(Bucket=books_bucket(bucket), Key=added)
+    check = prefetchd_cli("check", host("refused", 3, 0, **resume))
+    said = check.stdout + check.stderr
+    assert "the sources hold the keys the 2 old hosts' positions were saved over" in said, said
+
+    new = [host(f"new{j}", 3, j, **resume) for j in range(3)]
+    daemons = [run_daemon(config) for config in new]
+    outs = [tmp_path / f"new{j}.json" for j in range(3)]
+    trainers = [
+        start_trainer(
+            RESUME_TRAINER,
+            config,
+            out,
+            str(tmp_path / f"new{j}" / "ckpt.json"),
+            "--epochs",
+            str(EPOCHS),
+            "--tokens",
+        )
+        for j, (config, out) in enumerate(zip(new, outs, strict=True))
+    ]
+    after = [finish_trainer(t, out)["records"] for t, out in zip(trainers, outs, strict=True)]
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    planned = plan(up, old[0], 0) + plan(up, old[1], 0)
+    assert 0 < sum(1 for e, _ in before if e == 0) < sum(planned.values()) // 2
+    trained = Counter(t.encode() for e, t in before + [r for h in after for r in h] if e == 0)
+    assert trained == planned, "epoch 0: a planned read lost or trained twice across hosts"
+    for config, records in zip(new, after, strict=True):
+        got = Counter(t.encode() for e, t in records if e == 1)
+        assert got and got == plan(up, config, 1), "epoch 1: each new host's own plan, once"
+    status = read_status(Layout.of(load_config(new[0])))
+    assert status is not None and status.job_resumed is not None
+    assert status.job_resumed.startswith("resumed epoch 0 of a job of 2 hosts")
+
+
+def test_a_new_host_of_three_sources_killed_in_the_resumed_epoch_resumes_it_exactly_once(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """2 hosts of three sources resumed on 3; then new host 0's daemon and trainer are
+    SIGKILLed inside the resumed epoch and restarted: its daemon works out the same remainder
+    (the same reads in the same order, so the same local names its download log knows), the
+    trainer resumes from its own position, and every planned read is still trained once."""
+    up = upload(s3_client, bucket)
+    host = _host_of_job(tmp_path, write_config, bucket)
+    old = [host(f"old{i}", 2, i) for i in range(2)]
+    positions, before = _old_hosts_killed_in_epoch(tmp_path, old, run_daemon)
+    new = [host(f"new{j}", 3, j, resume_from=str(positions)) for j in range(3)]
+    daemons = [run_daemon(config) for config in new]
+    ckpts = [tmp_path / f"new{j}" / "ckpt.json" for j in range(3)]
+    args = [
+        (str(ckpts[j]), "--epochs", str(EPOCHS), "--save-every", "7", "--tokens") for j in range(3)
+    ]
+    crashing = ("--crash-after", "300", "--crash-epoch", "0")
+    killed = start_trainer(RESUME_TRAINER, new[0], tmp_path / "k.json", *args[0], *crashing)
+    assert killed.wait(120) == -signal.SIGKILL
+    daemons[0].kill_group(signal.SIGKILL)
+    daemons[0].wait(30)
+    saved = json.loads(ckpts[0].read_text())
+    assert saved["position"]["epoch"] == 0 and saved["records"]
+    daemons[0] = run_daemon(new[0])
+    outs = [tmp_path / f"new{j}.json" for j in range(3)]
+    trainers = [start_trainer(RESUME_TRAINER, new[0], outs[0], *args[0], "--resume")]
+    trainers += [start_trainer(RESUME_TRAINER, new[j], outs[j], *args[j]) for j in (1, 2)]
+    after = [finish_trainer(t, out)["records"] for t, out in zip(trainers, outs, strict=True)]
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    every = before + saved["records"] + [r for h in after for r in h]
+    planned = plan(up, old[0], 0) + plan(up, old[1], 0)
+    assert Counter(t.encode() for e, t in every if e == 0) == planned, "epoch 0"
+    later = sum((plan(up, config, 1) for config in new), Counter[bytes]())
+    assert Counter(t.encode() for e, t in every if e == 1) == later, "epoch 1"
+
+
+def test_a_job_of_three_sources_interrupted_in_epoch_1_resumes_on_three_hosts(
+    tmp_path: Path,
+    s3_client: Any,
+    bucket: str,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., Any],
+) -> None:
+    """The interrupted epoch is not the first (each source's window starts inside its stream):
+    epoch 0 was the old hosts', epoch 1 is trained once over old and new hosts, epoch 2 is each
+    new host's own plan."""
+    up = upload(s3_client, bucket)
+    host = _host_of_job(tmp_path, write_config, bucket)
+    old = [host(f"old{i}", 2, i, count=3) for i in range(2)]
+    positions, before = _old_hosts_killed_in_epoch(tmp_path, old, run_daemon, epoch=1)
+    new = [host(f"new{j}", 3, j, count=3, resume_from=str(positions)) for j in range(3)]
+    daemons = [run_daemon(config) for config in new]
+    outs = [tmp_path / f"new{j}.json" for j in range(3)]
+    ckpts = [str(tmp_path / f"new{j}" / "ckpt.json") for j in range(3)]
+    trainers = [
+        start_trainer(RESUME_TRAINER, config, out, ckpt, "--epochs", "3", "--tokens")
+        for config, out, ckpt in zip(new, outs, ckpts, strict=True)
+    ]
+    after = [finish_trainer(t, out)["records"] for t, out in zip(trainers, outs, strict=True)]
+    for daemon in daemons:
+        assert daemon.wait(120) == 0, daemon.output()
+    every = before + [r for h in after for r in h]
+    for epoch in (0, 1):
+        planned = plan(up, old[0], epoch) + plan(up, old[1], epoch)
+        assert Counter(t.encode() for e, t in every if e == epoch) == planned, f"epoch {epoch}"
+    assert not any(e == 0 for h in after for e, _ in h), "the new hosts pass over epoch 0"
+    for config, records in zip(new, after, strict=True):
+        got = Counter(t.encode() for e, t in records if e == 2)
+        assert got and got == plan(up, config, 2), "epoch 2: each new host's own plan, once"

@@ -885,6 +885,11 @@ def _mixed(**extra: Any) -> dict[str, Any]:
     }
 
 
+def test_resume_from_is_allowed_with_several_sources_that_repeat() -> None:
+    config = config_from_dict(_mixed(sharding={"resume_from": "/tmp/old-positions"}))
+    assert config.mixed and config.sharding.resume_from is not None
+
+
 def test_sources_are_a_list_with_weights_and_names_defaulting_to_their_index() -> None:
     config = config_from_dict(_mixed())
     assert config.mixed
@@ -933,8 +938,9 @@ def test_sources_are_a_list_with_weights_and_names_defaulting_to_their_index() -
             r"sources\[1\]\.region: every source must be in the store of sources\[0\]",
         ),
         (
-            _mixed(sharding={"resume_from": "/tmp/old-positions"}),
-            "sharding.resume_from is not allowed with several sources",
+            _mixed(sharding={"resume_from": "/tmp/old"}, epochs={"on_exhausted": "stop"}),
+            "sharding.resume_from is not allowed with several sources and epochs.on_exhausted "
+            "'stop' yet",
         ),
         (_mixed(epochs={"on_exhausted": "wrap"}), "epochs.on_exhausted: 'wrap' is not allowed"),
         (
