@@ -41,6 +41,7 @@ few places from where the merge put it.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -224,21 +225,36 @@ def balanced_mix(mix: EpochMix) -> EpochMix:
 
 
 def _balanced(sources: array[int], order: array[int], levels: int) -> array[int]:
-    """``order`` (positions, in merged order) with each source's positions dealt alternately
-    to the even and the odd places (the first of a pair to the shorter side), each side
-    balanced the same way ``levels - 1`` more times, then the two zipped back together."""
+    """``order`` (positions, ascending) with each source's positions dealt alternately to the
+    even and the odd places (the first of a pair to the shorter side), each side balanced the
+    same way ``levels - 1`` more times, then the two zipped back together.
+
+    The sides' lengths differ only by the sources' unpaired last positions (a pair adds one to
+    each), so moving unpaired ones across makes the even side as long as the odd one or one
+    longer without unbalancing any source (its unpaired position is alone on either side): the
+    zip then puts every position of a side on places of one parity, at every level (a longer
+    odd side, or one longer by two, put its last positions on places of both)."""
     if levels == 0 or len(order) < 2:
         return order
     halves = (array("L"), array("L"))
     pending: dict[int, int] = {}  # source -> the side its unpaired position went to
+    unpaired: dict[int, int] = {}  # source -> that position
     for i in order:
         source = sources[i]
         side = pending.pop(source, None)
         if side is None:
             side = pending[source] = 0 if len(halves[0]) <= len(halves[1]) else 1
+            unpaired[source] = i
         else:
             side = 1 - side
+            del unpaired[source]
         halves[side].append(i)
+    for source, side in pending.items():
+        here, there = halves[side], halves[1 - side]
+        if len(here) - len(there) > (1 if side == 0 else 0):
+            i = unpaired[source]
+            del here[bisect.bisect_left(here, i)]
+            there.insert(bisect.bisect_left(there, i), i)
     even, odd = (_balanced(sources, half, levels - 1) for half in halves)
     out = array("L")
     for a, b in zip(even, odd, strict=False):
