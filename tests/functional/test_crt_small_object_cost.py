@@ -39,6 +39,7 @@ import awscrt.s3
 from prefetchd.download import crt as crt_module
 from prefetchd.download.crt import CrtTransfer, _Fetch
 from prefetchd.download.finishers import Finishers
+from prefetchd.download.parts import object_part_size
 
 BUCKET = "prefetchd-small-object-cost"
 OBJECTS = 24
@@ -140,7 +141,7 @@ def test_a_small_object_costs_no_python_per_body_chunk_and_no_thread_hop(
     counted.count(Verifier, "verify")
     counted.count(CrtTransfer, "submit_parts")
     part_sizes = 0
-    real_part_size = crt_module.object_part_size
+    real_part_size = object_part_size
 
     def part_size(*args: Any) -> int:
         nonlocal part_sizes
