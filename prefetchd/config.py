@@ -6,6 +6,7 @@ what is allowed, so the CLI can print it as one line and exit 2.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -185,8 +186,10 @@ def source_identity(src: SourceConfig) -> list[Any]:
     return [src.url, src.endpoint_url, list(src.include), src.format, src.manifest]
 
 
+@functools.lru_cache(maxsize=2 * MAX_SOURCES)
 def split_s3_url(url: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix/")``; raises ``ValueError``."""
+    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix/")``; raises ``ValueError``.
+    Remembered: ``SourceConfig.bucket`` asks per object planned (a regex match each time)."""
     if not url.startswith("s3://"):
         raise ValueError("expected s3://bucket/prefix/")
     bucket, _, prefix = url[len("s3://") :].partition("/")

@@ -179,6 +179,7 @@ class _Fetch:
 
     job: Job
     slots: int
+    part: int  # its part size (``_object_part_size``)
     request: Any = None
     # Set on an event-loop thread when the response says the object is not the listed size:
     # the request is cancelled before its body is delivered, and this becomes job.error.
@@ -202,6 +203,7 @@ class CrtTransfer:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._active: dict[int, _Fetch] = {}
+        self._draining = False  # shutdown() waits for _active to empty (under _lock)
         self._spares = Spares.shared(Layout.of(config).cache_tmp)  # the writers' emptied files
         # Verification and done() run here, never on a CRT event-loop thread.
         self._finisher: Finishers[_Fetch] = Finishers(FINISHERS, "crt-done")
@@ -266,14 +268,18 @@ class CrtTransfer:
         allows), then start it once the budgets allow; True once it is started."""
         if job.next_part == STARTED:
             return True
-        need = min(self._slots_needed(job), max(1, self._signals.limit.allowed))
+        part = self._object_part_size(job)  # once per call: the slots, budget and request
+        need = min(
+            slots_for(job.obj.size, part, self._concurrency),
+            max(1, self._signals.limit.allowed),
+        )
         while job.next_part < need and self._slots.acquire(timeout=timeout):
             job.next_part += 1
             timeout = 0
-        if job.next_part < need or not self._budget_allows(job, timeout):
+        if job.next_part < need or not self._budget_allows(job, part, timeout):
             return False
         slots, job.next_part = job.next_part, STARTED
-        self._start(_Fetch(job, slots))
+        self._start(_Fetch(job, slots, part))
         return True
 
     def refresh_credentials(self) -> None:
@@ -292,6 +298,7 @@ class CrtTransfer:
         for request in requests:
             request.cancel()
         with self._idle:
+            self._draining = True
             if not self._idle.wait_for(lambda: not self._active, timeout=SHUTDOWN_WAIT):
                 log.warning(
                     "%d downloads still running after %.0fs", len(self._active), SHUTDOWN_WAIT
@@ -300,17 +307,14 @@ class CrtTransfer:
 
     # --- main thread --------------------------------------------------------------------------
 
-    def _budget_allows(self, job: Job, timeout: float) -> bool:
-        """Whether ``job``'s requests (one per part) and bytes fit the budgets now, waiting up
-        to ``timeout`` for them (``Pacer.admit``)."""
+    def _budget_allows(self, job: Job, part: int, timeout: float) -> bool:
+        """Whether ``job``'s requests (one per ``part`` bytes) and bytes fit the budgets now,
+        waiting up to ``timeout`` for them (``Pacer.admit``)."""
         pacer = self._signals.pacer
         if not pacer.active:
             return True
         size = job.obj.size
-        return pacer.admit(max(1, -(-size // self._object_part_size(job))), size, timeout)
-
-    def _slots_needed(self, job: Job) -> int:
-        return slots_for(job.obj.size, self._object_part_size(job), self._concurrency)
+        return pacer.admit(max(1, -(-size // part)), size, timeout)
 
     def _object_part_size(self, job: Job) -> int:
         """Parts of this object: ``download.part_size``, or finer so that one object can take
@@ -329,7 +333,7 @@ class CrtTransfer:
         headers = awscrt.http.HttpHeaders([("Host", endpoint.host)])
         if job.obj.etag:
             headers.add("If-Match", f'"{job.obj.etag}"')
-        kind, part = awscrt.s3.S3RequestType.GET_OBJECT, self._object_part_size(job)
+        kind, part = awscrt.s3.S3RequestType.GET_OBJECT, fetch.part
         if 0 < job.obj.size <= part:
             # One plain GET, answered with the object's checksum (a CRC to check, not an MD5).
             kind = awscrt.s3.S3RequestType.DEFAULT
@@ -448,9 +452,12 @@ class CrtTransfer:
                 self._done(job)
             finally:
                 self._slots.release(fetch.slots)
-                with self._idle:
+                # The lock itself, not the Condition (a Python __enter__ per object); only
+                # shutdown() waits on it.
+                with self._lock:
                     self._active.pop(id(job), None)
-                    self._idle.notify_all()
+                    if self._draining:
+                        self._idle.notify_all()
                 # The request's callbacks hold ``fetch``: a cycle only the cyclic GC would
                 # free, after the in-flight ones were promoted to its oldest generation, whose
                 # every collection then walked thousands of them. The CRT holds the request

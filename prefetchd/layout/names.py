@@ -8,6 +8,7 @@ deletes only names these parsers recognise (``is_own_file``, ``is_own_top_name``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable
@@ -78,8 +79,11 @@ def object_name(epoch: int, seq: int, digest: str) -> str:
     return f"e{epoch:05d}-{seq:09d}-{digest}"
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_object_name(name: str) -> ObjectName | None:
-    """The parts of a local object name, or None if it is not one of ours."""
+    """The parts of a local object name, or None if it is not one of ours. Remembered for
+    the last 4096 names: a writer parses each object's name four times (choosing, claiming,
+    opening it), each a regex match and two ``int()``; the result is immutable."""
     m = _OBJECT.fullmatch(name)
     return ObjectName(int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
 

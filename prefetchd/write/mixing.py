@@ -76,6 +76,9 @@ class Mixer:
         self.batch_frames = 0  # frames in the open objects' current batches ...
         self.batch_bytes = 0  # ... and their bytes (``large_frames``)
         self.large = 0  # open objects whose ``measured`` is over ``normal_hold``
+        # No open object's current batch holds more bytes than this (``large_ahead``): raised
+        # as batches come, lowered only when ``large_ahead`` looks at every object anyway.
+        self.batch_bound = 0
         self.waiting = 0  # open objects waiting for a batch
         self._mixable: list[OpenObject] | None = None  # mixable(), until the set changes
 
@@ -165,7 +168,15 @@ class Mixer:
 
     def large_ahead(self, mixable: list[OpenObject], room: int) -> bool:
         """Whether some current batch may hold a frame larger than ``room`` (the rest of the
-        shard): then records are drawn one at a time, so each one is placed where it fits."""
+        shard): then records are drawn one at a time, so each one is placed where it fits.
+        While no batch holds more than ``room`` bytes (``batch_bound``) none can: no pass over
+        the open objects, which cost a step as much as its write with 64 small raw objects
+        open (one record each, ~7 records a step)."""
+        if self.batch_bound <= room:
+            return False
+        self.batch_bound = max((len(o.frames.data) for o in self.open), default=0)
+        if self.batch_bound <= room:
+            return False
         for o in mixable:
             frames = o.frames
             rest = len(frames.data) - frames.start(o.cursor) if o.cursor < len(frames) else 0
@@ -211,6 +222,8 @@ class Mixer:
         self.held_total += new - old
         self.large += (new > limit) - (old > limit)
         frames, data = (0, 0) if gone else (len(obj.frames), len(obj.frames.data))
+        if data > self.batch_bound:
+            self.batch_bound = data
         self.batch_frames += frames - obj.measured_frames
         self.batch_bytes += data - obj.measured_bytes
         obj.measured_frames, obj.measured_bytes = frames, data

@@ -36,8 +36,10 @@ pytest.importorskip("awscrt")
 
 import awscrt.s3
 
+from prefetchd.download import crt as crt_module
 from prefetchd.download.crt import CrtTransfer, _Fetch
 from prefetchd.download.finishers import Finishers
+from prefetchd.download.parts import object_part_size
 
 BUCKET = "prefetchd-small-object-cost"
 OBJECTS = 24
@@ -137,6 +139,16 @@ def test_a_small_object_costs_no_python_per_body_chunk_and_no_thread_hop(
         counted.count(awscrt.s3._S3RequestCore, name)
     counted.count(Finishers, "submit")
     counted.count(Verifier, "verify")
+    counted.count(CrtTransfer, "submit_parts")
+    part_sizes = 0
+    real_part_size = object_part_size
+
+    def part_size(*args: Any) -> int:
+        nonlocal part_sizes
+        part_sizes += 1
+        return real_part_size(*args)
+
+    monkeypatch.setattr(crt_module, "object_part_size", part_size)
     objs = [listed(key, body) for key, body in stored.items()]
     jobs = fetch_all(make_config(tmp_path, endpoint), objs, tmp_path)
     # What a user relies on first: every object arrived whole and verified.
@@ -151,6 +163,9 @@ def test_a_small_object_costs_no_python_per_body_chunk_and_no_thread_hop(
     assert counted.calls["submit"] == 0
     # Every object was verified (its MD5 against its ETag: tests/unit/download/test_verify.py).
     assert counted.calls["verify"] == OBJECTS
+    # Its part size worked out once per try to start it (for its slots, its budget and its
+    # request: three times before).
+    assert OBJECTS <= part_sizes == counted.calls["submit_parts"]
 
 
 def test_a_finished_object_leaves_nothing_for_the_cyclic_gc(
