@@ -5,6 +5,7 @@ waited for (or stopped), its RAM directory removed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,23 +54,33 @@ def run_and_read(
     path.write_text(yaml.safe_dump(config(ram / "ram")))
     count = 0
     before, started = children_cpu(), time.monotonic()
-    with (work / "daemon.log").open("wb") as log:
+    try:
+        with daemon(path, work / "daemon.log"):
+            for record in prefetchd.records(path, timeout=300):
+                if each is not None:
+                    each(record)
+                count += 1
+            elapsed = time.monotonic() - started
+    finally:
+        shutil.rmtree(ram, ignore_errors=True)
+    return DaemonRun(elapsed, children_cpu() - before, count)
+
+
+@contextlib.contextmanager
+def daemon(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``prefetchd run --config config`` in a session of its own, its output in ``log``; on a
+    normal exit waited for (it ends once its job is read), else stopped with SIGTERM."""
+    with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "prefetchd", "run", "--config", str(path)],
-            stdout=log,
-            stderr=log,
+            [sys.executable, "-m", "prefetchd", "run", "--config", str(config)],
+            stdout=out,
+            stderr=out,
             start_new_session=True,
         )
     try:
-        for record in prefetchd.records(path, timeout=300):
-            if each is not None:
-                each(record)
-            count += 1
-        elapsed = time.monotonic() - started
+        yield proc
         proc.wait(120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(30)
-        shutil.rmtree(ram, ignore_errors=True)
-    return DaemonRun(elapsed, children_cpu() - before, count)

@@ -46,8 +46,6 @@ import math
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +56,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.harness.daemon_run import daemon
 from prefetchd import ready_files
 from prefetchd.config import OutputConfig
 from prefetchd.kernel.example_encode import encode_example
@@ -235,23 +234,13 @@ def run_prefetchd(
     config["status"]["state_dir"] = str(work / "state")
     config_path = work / "prefetchd.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    with (work / "daemon.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "prefetchd", "run", "--config", str(config_path)],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
     try:
-        if reader == "ready_files":
-            shards = [read_shard_ids(path) for path in ready_files(config_path, timeout=300)]
-        else:
-            shards = [read_dataset_ids(config_path, args.cycle_length)]
-        proc.wait(120)
+        with daemon(config_path, work / "daemon.log"):
+            if reader == "ready_files":
+                shards = [read_shard_ids(path) for path in ready_files(config_path, timeout=300)]
+            else:
+                shards = [read_dataset_ids(config_path, args.cycle_length)]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
         shutil.rmtree(ram, ignore_errors=True)
     return shards
 

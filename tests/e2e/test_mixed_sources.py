@@ -511,6 +511,19 @@ REPLAYABLE: dict[str, Any] = {
 }
 
 
+def _with_ten_shards(config: Path, run_daemon: Callable[..., Any]) -> tuple[Any, Layout]:
+    """The daemon started on ``config`` once it has published 10 shards (mid-epoch, a place to
+    kill it), and its layout."""
+    layout = Layout.of(load_config(config))
+    daemon = run_daemon(config)
+    wait_for(
+        lambda: layout.ram_ready.is_dir() and len(os.listdir(layout.ram_ready)) >= 10,
+        60,
+        "shards before the kill",
+    )
+    return daemon, layout
+
+
 def replayable_config(
     tmp_path: Path, name: str, write_config: Callable[..., Path], bucket: str, **overrides: Any
 ) -> Path:
@@ -578,13 +591,7 @@ def test_the_replayable_order_with_three_sources_survives_a_sigkill_of_the_daemo
         assert Counter(tokens) == plan(up, whole, e), f"epoch {e}"
 
     config = replayable_config(tmp_path, "k", write_config, bucket)
-    layout = Layout.of(load_config(config))
-    daemon = run_daemon(config)
-    wait_for(
-        lambda: layout.ram_ready.is_dir() and len(os.listdir(layout.ram_ready)) >= 10,
-        60,
-        "shards before the kill",
-    )
+    daemon, layout = _with_ten_shards(config, run_daemon)
     daemon.kill_group(signal.SIGKILL)
     daemon.wait(30)
     restarted = run_daemon(config)
@@ -593,13 +600,7 @@ def test_the_replayable_order_with_three_sources_survives_a_sigkill_of_the_daemo
     assert got == uninterrupted, "the daemon's restart changed the order"
 
     config = replayable_config(tmp_path, "w", write_config, bucket)
-    layout = Layout.of(load_config(config))
-    daemon = run_daemon(config)
-    wait_for(
-        lambda: layout.ram_ready.is_dir() and len(os.listdir(layout.ram_ready)) >= 10,
-        60,
-        "shards before the kill",
-    )
+    daemon, layout = _with_ten_shards(config, run_daemon)
     status = read_status(layout)
     writer = status.children.get("writer-0") if status is not None else None
     assert writer is not None and writer.pid is not None

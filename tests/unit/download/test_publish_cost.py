@@ -156,14 +156,19 @@ def test_publishing_a_small_object_costs_five_syscalls(
         assert count <= budget, f"os.{name}: {count:.2f} per published object > {budget:.2f}"
 
 
-def test_claiming_a_small_object_costs_a_bounded_number_of_syscalls(
-    config: Config, layout: Layout, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def writer_over_published(config: Config, layout: Layout) -> tuple[Downloader, Writer]:
+    """A downloader that published every object of ``fetched_jobs``, and writer 0."""
     downloader = Downloader(ChildContext("downloader", config))
     for job in fetched_jobs(config, layout, downloader):
         downloader._transfer_done(job)
     downloader._drain_results()
-    writer = Writer(ChildContext("writer-0", config), 0)
+    return downloader, Writer(ChildContext("writer-0", config), 0)
+
+
+def test_claiming_a_small_object_costs_a_bounded_number_of_syscalls(
+    config: Config, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, writer = writer_over_published(config, layout)
     with Syscalls(monkeypatch).counting() as syscalls:
         opened = 0
         while (name := writer._claim_next()) is not None:
@@ -242,11 +247,7 @@ def test_in_steady_state_an_object_makes_no_new_inode_for_its_meta(
     # Issue 28: on ext4 without a journal, making an inode checked every recently freed one
     # of its group first; two made and two freed per small object were 37 % of the
     # downloader's CPU (perf, docs/benchmarks.md).
-    downloader = Downloader(ChildContext("downloader", config))
-    for job in fetched_jobs(config, layout, downloader):
-        downloader._transfer_done(job)
-    downloader._drain_results()
-    writer = Writer(ChildContext("writer-0", config), 0)
+    downloader, writer = writer_over_published(config, layout)
     names = []
     while (name := writer._claim_next()) is not None:
         names.append(name)
