@@ -27,8 +27,9 @@
  * MAX_ERROR_BODY, chunk-size lines and trailers by small constants.
  *
  * SHA-256 and HMAC-SHA256 are written here from FIPS 180-4 / RFC 2104 (no new library); CRC32
- * is zlib's (the library Python's zlib module uses); CRC32C is Google's libcrc32c, whose
- * address set_crc32c() is given, as for _native.
+ * is folded with carry-less multiply where the CPU has it, else zlib's (the library Python's
+ * zlib module uses); CRC32C is Google's libcrc32c, whose address set_crc32c() is given, as for
+ * _native.
  */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
@@ -58,6 +59,104 @@
 
 typedef uint32_t (*crc_extend_fn)(uint32_t, const uint8_t *, size_t);
 static crc_extend_fn crc32c_extend = NULL;
+
+/* ---- CRC32 (zlib's polynomial) -------------------------------------------------------------- */
+
+/* zlib's crc32 here (1.2.13) does ~1.3 GB/s: 0.1 ms of the engine thread per 128 KiB object,
+ * more than ISA-L's read-back it replaces. With carry-less multiply (every x86-64 since 2010)
+ * the body is folded 64 bytes at a time instead ("Fast CRC Computation for Generic Polynomials
+ * Using PCLMULQDQ", Intel 2009; the constants are the Linux kernel's crc32-pclmul ones for the
+ * reflected polynomial 0xEDB88320), ~10x faster; the unaligned tail goes to zlib. Tested
+ * against zlib on random lengths and splits (test_http_engine.py). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_CLMUL 1
+
+/* The CRC state (not inverted: zlib's value ^ 0xffffffff) over `len` bytes, len >= 64 and a
+ * multiple of 16. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_fold(const uint8_t *buf,
+                                                                    size_t len, uint32_t crc) {
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8, y5, y6, y7, y8;
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    x0 = k1k2;
+    buf += 64, len -= 64;
+    while (len >= 64) { /* four 128-bit lanes folded forward 512 bits at a time */
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        y5 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+        y6 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+        y7 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+        y8 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), y5);
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), y6);
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), y7);
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), y8);
+        buf += 64, len -= 64;
+    }
+    x0 = k3k4; /* the four lanes folded into one */
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) { /* the 16-byte blocks left */
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16, len -= 16;
+    }
+    /* 128 bits to 64, then Barrett-reduced to 32 */
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = k5k0;
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = poly;
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+static int clmul = -1; /* whether this CPU has it: asked once, at import */
+
+/* zlib's crc32(crc, data, n): the same value, folded with carry-less multiply where it can. */
+static uint32_t crc32_update(uint32_t crc, const uint8_t *data, size_t n) {
+#ifdef HAVE_CLMUL
+    if (clmul && n >= 64) {
+        size_t folded = n & ~(size_t)15;
+        crc = ~crc32_fold(data, folded, ~crc);
+        data += folded, n -= folded;
+    }
+#endif
+    return (uint32_t)crc32(crc, data, (uInt)n);
+}
 
 /* ---- SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104) --------------------------------------- */
 
@@ -772,7 +871,7 @@ static int on_body(void *ctx, const char *data, size_t n) {
         return 0;
     }
     if (r->written + (int64_t)n > r->length) return EMSGSIZE; /* a chunked 2xx, too long */
-    if (r->crc_alg == ALG_CRC32) r->crc = (uint32_t)crc32(r->crc, (const Bytef *)data, (uInt)n);
+    if (r->crc_alg == ALG_CRC32) r->crc = crc32_update(r->crc, (const uint8_t *)data, n);
     else if (r->crc_alg == ALG_CRC32C) r->crc = crc32c_extend(r->crc, (const uint8_t *)data, n);
     while (n > 0) {
         ssize_t w = pwrite(r->fd, data, n, r->offset + r->written);
@@ -1500,9 +1599,19 @@ static PyObject *py_set_crc32c(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_crc32(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    unsigned int crc = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &b, &crc)) return NULL;
+    uint32_t value = crc32_update(crc, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(value);
+}
+
 static PyMethodDef module_methods[] = {
     {"sign", py_sign, METH_VARARGS, "The SigV4 Authorization value of a GET (UNSIGNED-PAYLOAD)."},
     {"sha256", py_sha256, METH_O, "SHA-256 of a buffer (tests)."},
+    {"crc32", py_crc32, METH_VARARGS, "zlib.crc32's value, as the engine takes it (tests)."},
     {"parse", py_parse, METH_VARARGS, "Feed the response parser (tests, fuzzing)."},
     {"set_crc32c", py_set_crc32c, METH_O, "Use the crc32c_extend at this address."},
     {NULL, NULL, 0, NULL},
@@ -1515,6 +1624,12 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__http(void) {
+#ifdef HAVE_CLMUL
+    __builtin_cpu_init();
+    clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#else
+    clmul = 0;
+#endif
     if (PyType_Ready(&EngineType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
