@@ -896,7 +896,8 @@ static void finish_request(Engine *e, conn *c, int err) {
 
 /* The response on `c` ended: complete its request, keep the connection or close it. */
 static void response_done(Engine *e, conn *c) {
-    int keep = !c->p->close;
+    /* An answer before the whole request was sent leaves the connection out of step. */
+    int keep = !c->p->close && c->sent == c->out.len;
     finish_request(e, c, 0);
     c->served++;
     if (!keep) {
