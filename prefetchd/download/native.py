@@ -112,6 +112,7 @@ class _Part:
     length: int
     ranged: bool
     attempts: int = 0  # retries so far
+    settled: bool = False  # counted in its job's parts_left (never twice)
 
 
 class NativeTransfer:
@@ -156,7 +157,7 @@ class NativeTransfer:
         self._verifier = Verifier(
             make_client(config, pool=FINISHERS, signals=self._signals), src.bucket, src.format
         )
-        self._finisher: Finishers[Job] = Finishers(FINISHERS, "native-done")
+        self._finisher: Finishers[_Part] = Finishers(FINISHERS, "native-done")
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._parts = 0  # parts submitted and not settled (under _lock)
@@ -242,7 +243,7 @@ class NativeTransfer:
         if self._credentials is None:  # what botocore raises per request in the classic client
             with job.lock:
                 job.error = job.error or botocore.exceptions.NoCredentialsError()
-            self._finisher.submit(self._settle_part, job)
+            self._finisher.submit(self._settle_part, part)
             return
         endpoint = self._endpoints.get(job.bucket, self._endpoint) if job.bucket else self._endpoint
         end = part.start + part.length - 1
@@ -266,8 +267,12 @@ class NativeTransfer:
             for tag, status, err, written, headers, crc, body in self._engine.wait(self._sleep()):
                 try:
                     self._completed(tag, status, err, written, headers, crc, body)
-                except Exception:  # never lose a part: it is settled with the error
-                    log.exception("finishing a GET failed")
+                except Exception as exc:  # never lose a part: it is settled with the error
+                    log.exception("finishing a GET of %s failed", tag.job.obj.key)
+                    if not tag.settled:
+                        with tag.job.lock:
+                            tag.job.error = tag.job.error or exc
+                        self._settle_part(tag)
             self._resend_due()
             self._push_credentials()
             with self._lock:
@@ -297,7 +302,7 @@ class NativeTransfer:
             if not part.ranged:
                 job.answered = response_checksum(headers, job.obj.etag)
                 job.received = crc
-            self._settle_part(part.job)
+            self._settle_part(part)
             return
         if self._retryable(error) and part.attempts < self._retries and not self._closing:
             part.attempts += 1
@@ -309,7 +314,7 @@ class NativeTransfer:
             return
         with job.lock:
             job.error = job.error or error
-        self._settle_part(part.job)
+        self._settle_part(part)
 
     def _resend_due(self) -> None:
         """Send the retries whose backoff is over (and the budgets allow); when closing, end
@@ -320,7 +325,7 @@ class NativeTransfer:
             if self._closing:
                 with part.job.lock:
                     part.job.error = part.job.error or OSError(errno.ECANCELED, "shut down")
-                self._settle_part(part.job)
+                self._settle_part(part)
                 continue
             wait = self._signals.pacer.delay(1, part.length) if self._signals.pacer.active else 0
             if wait > 0:
@@ -360,8 +365,10 @@ class NativeTransfer:
             classify(error) is Fault.TRANSIENT
         )
 
-    def _settle_part(self, job: Job) -> None:
-        """One part of ``job`` is done (fetched or failed): the last one finishes the job."""
+    def _settle_part(self, part: _Part) -> None:
+        """``part`` is done (fetched or failed): its job's last one finishes the job."""
+        part.settled = True
+        job = part.job
         with job.lock:
             job.parts_left -= 1
             last = job.parts_left == 0
@@ -372,15 +379,17 @@ class NativeTransfer:
         if job.error is not None or (
             job.obj.size <= INLINE_MAX and not self._verifier.needs_request(job)
         ):
-            self._finish(job)
+            self._finish(part)
             return
         try:
-            self._finisher.submit(self._finish, job)
+            self._finisher.submit(self._finish, part)
         except RuntimeError:  # shut down after waiting too long for this request
-            self._finish(job)
+            self._finish(part)
 
-    def _finish(self, job: Job) -> None:
-        """Verify ``job``'s object, hand it over, then free its last slot."""
+    def _finish(self, last: _Part) -> None:
+        """Verify the object of ``last`` (its job's last part), hand it over, then free the
+        part's slot."""
+        job = last.job
         try:
             settle(job, self._verifier)
         finally:
