@@ -1277,9 +1277,15 @@ static PyObject *Engine_submit(Engine *e, PyObject *args, PyObject *kw) {
     }
     r->fd = fd, r->offset = offset, r->length = length, r->total = total;
     r->checksum_mode = checksum_mode;
+    pthread_mutex_lock(&e->lock);
+    if (e->stopping) { /* close() from another thread: nothing may be queued behind it */
+        pthread_mutex_unlock(&e->lock);
+        request_free(r);
+        PyErr_SetString(PyExc_RuntimeError, "the engine is closed");
+        return NULL;
+    }
     Py_INCREF(tag);
     r->tag = tag;
-    pthread_mutex_lock(&e->lock);
     if (e->queue_tail) e->queue_tail->next = r;
     else e->queue_head = r;
     e->queue_tail = r;
@@ -1449,7 +1455,7 @@ static void Engine_dealloc(Engine *e) {
 
 static PyMethodDef Engine_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))Engine_submit, METH_VARARGS | METH_KEYWORDS,
-     "Queue a GET; its body goes to fd at offset."},
+     "Queue a GET; its body goes to fd at offset. fd must stay open until its completion."},
     {"wait", (PyCFunction)Engine_wait, METH_VARARGS, "Every completion ready, waiting up to timeout."},
     {"set_credentials", (PyCFunction)Engine_set_credentials, METH_VARARGS,
      "Sign later requests with these."},
