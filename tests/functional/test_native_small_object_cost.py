@@ -29,6 +29,7 @@ from prefetchd.download.finishers import Finishers
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
 from prefetchd.download.verify import Verifier
+from prefetchd.spares import SpareGiver, Spares
 from testkit import s3server
 
 pytest.importorskip("prefetchd.kernel._http")
@@ -178,3 +179,28 @@ def test_a_small_object_is_verified_by_its_crc_with_no_read_back_and_little_pyth
     per_object = calls.count / OBJECTS
     print(f"{per_object:.1f} Python calls per small object")
     assert per_object < MAX_CALLS_PER_OBJECT, f"{per_object:.0f} Python calls per object"
+
+
+def test_the_engine_writes_each_object_whole_into_a_file_made_from_a_spare(
+    endpoint: str, stored: dict[str, bytes], tmp_path: Path
+) -> None:
+    """Issue 28: no inode is made per object once writers give their finished files back
+    (``prefetchd/spares.py``). The engine then writes into an existing, emptied file: every
+    byte must land, and nothing of the file's last object may stay in it."""
+    config = make_config(tmp_path, endpoint)
+    tmp_dir = config.download.cache_dir / ".tmp"
+    tmp_dir.mkdir(parents=True)
+    giver = SpareGiver(tmp_dir, 0)
+    for i in range(OBJECTS):  # finished objects larger than any new one: 256 KiB of 0xAA
+        old = tmp_path / f"finished-{i}"
+        fd = os.open(old, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"\xaa" * 256 * KIB)
+        os.close(fd)
+        giver.give(str(old))
+    objs = [listed(key, body) for key, body in stored.items()]
+    jobs = fetch_all(config, objs, tmp_path, Calls())
+    for job, body in zip(jobs, stored.values(), strict=True):
+        assert job.error is None
+        assert job.tmp.read_bytes() == body
+    assert Spares.shared(tmp_dir).taken == OBJECTS  # every .part from a spare
+    assert [n for n in os.listdir(tmp_dir) if n.startswith("spare-")] == []
