@@ -425,3 +425,35 @@ def test_thousands_of_requests_leak_neither_memory_nor_references(file: int) -> 
                 assert grown < 4 * 1024**2, f"{grown} bytes still allocated after 1000 requests"
         finally:
             made.close()
+
+
+def test_a_request_the_kept_alive_connection_dropped_unanswered_is_sent_once_more(
+    file: int,
+) -> None:
+    """The race behind keep-alive: the server closes an idle connection just as a request is
+    sent on it, and the request gets no byte back. It is sent again at once on a fresh
+    connection — once: a fresh connection that drops it too is a fault with its errno."""
+    body = b"r" * 500
+
+    def script(request: str, conn: int, n: int) -> list[bytes]:
+        if "/b/never" in request:
+            return [CLOSE]
+        return [ok(body)] if n == 0 else [CLOSE]  # each connection answers its first only
+
+    with Server(script) as server:
+        made = engine(server.port, connections=1)
+        try:
+            outcomes = []
+            for i in range(4):
+                made.submit(i, "h", "/b/k", file, 0, len(body), len(body))
+                outcomes += [(c[0], c[1], c[2], c[3]) for c in collect(made, 1)]
+            made.submit("x", "h", "/b/never", file, 0, len(body), len(body))
+            [(_, status, err, written, _, _, _)] = collect(made, 1)
+            stats = made.stats()
+        finally:
+            made.close()
+    assert outcomes == [(i, 200, 0, len(body)) for i in range(4)]
+    # Requests 1-3 and "never" each went out on a kept-alive connection first: 4 resends,
+    # each on a fresh connection (1 + 4 in all); "never" was dropped there too.
+    assert stats["resends"] == 4 and stats["connects"] == 5
+    assert (status, err, written) == (0, errno.ECONNABORTED, 0)
