@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import random
+import socket
 import sys
 import time
 import zlib
@@ -457,3 +458,29 @@ def test_a_request_the_kept_alive_connection_dropped_unanswered_is_sent_once_mor
     # each on a fresh connection (1 + 4 in all); "never" was dropped there too.
     assert stats["resends"] == 4 and stats["connects"] == 5
     assert (status, err, written) == (0, errno.ECONNABORTED, 0)
+
+
+def test_a_connect_that_hangs_times_out(file: int) -> None:
+    """A listener whose accept queue is full drops further SYNs: the connect neither succeeds
+    nor fails until ``connect_timeout`` ends it with ETIMEDOUT."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(3)]
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                filler.connect_ex(("127.0.0.1", port))
+            time.sleep(0.2)  # the queue fills as their handshakes complete
+            made = _http.Engine("127.0.0.1", port, 1, 0.3, 10.0, "us-east-1")
+            made.set_credentials("AKID", "SECRET", None)
+            try:
+                made.submit("c", "h", "/b/k", file, 0, 1, 1)
+                [(_, status, err, written, _, _, _)] = collect(made, 1)
+            finally:
+                made.close()
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert (status, err, written) == (0, errno.ETIMEDOUT, 0)
