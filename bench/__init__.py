@@ -22,6 +22,7 @@ connections; ``bench.harness.layout``):
     s3fs           s3fs.cat_file inside tf.py_function, the same pipeline
     prefetchd      the daemon (download.client: classic) read through prefetchd.tf.dataset
     prefetchd-crt  the same with download.client: crt
+    prefetchd-native  the same with download.client: native (the C GET client)
     lean           the lean design limit: awscrt 16 objects at a time into tmpfs files, each
                    read by TFRecordDataset once complete (TFRecord datasets only)
     floor          the same records pre-staged on tmpfs, read by TFRecordDataset

@@ -27,7 +27,12 @@ if TYPE_CHECKING:
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BUILTIN_FORMATS = ("tfrecord", "raw", "lines", "tar")
-CLIENTS = ("classic", "crt")
+CLIENTS = ("classic", "crt", "native")
+NATIVE_MISSING = (
+    "download.client: 'native' needs the C extension prefetchd.kernel._http, which is not built"
+    " (a C compiler and zlib's headers at install; in a checkout: python setup.py build_ext"
+    " --inplace)"
+)
 COMPRESSIONS = ("none", "gzip")
 BAD_OBJECT_POLICIES = ("skip", "fail")  # output.on_bad_object
 FAST, REPLAYABLE = "fast", "replayable"
@@ -784,7 +789,24 @@ def _fit_max_record_size(config: Config, *, explicit: bool) -> Config:
     return replace(config, output=replace(out, max_record_size=limit))
 
 
+def _check_native(config: Config) -> None:
+    """``download.client: native`` speaks plain HTTP only, through an optional C extension:
+    an https ``source.endpoint_url`` or a missing build is a ConfigError naming the key (an
+    endpoint botocore resolves, AWS's, is https too: refused when the client starts)."""
+    if config.download.client != "native":
+        return
+    url = config.source.endpoint_url
+    if url is not None and url.lower().startswith("https:"):
+        raise ConfigError(
+            f"download.client: 'native' speaks plain HTTP only and source.endpoint_url "
+            f"{redact_url(url)!r} is https: use crt for https"
+        )
+    if importlib.util.find_spec("prefetchd.kernel._http") is None:
+        raise ConfigError(NATIVE_MISSING)
+
+
 def _check_cross_fields(config: Config) -> None:
+    _check_native(config)
     out = config.output
     need = (out.writers + 1) * out.shard_size
     if out.ram_budget < need:

@@ -91,16 +91,23 @@ else
     echo "using $VENV (prefetchd[$EXTRAS] already installed for this pyproject.toml)"
 fi
 
-# The editable install builds the C record kernel once; a checkout whose _native.c changed
-# since (a pull, a merge) would go on importing the old build, which lacks what the new Python
-# calls. Rebuild it in place when the source is newer than the build (a few seconds).
-_venv_so=("$ROOT"/prefetchd/kernel/_native.cpython-*.so)
-if [ ! -e "${_venv_so[0]}" ] || [ "$ROOT/prefetchd/kernel/_native.c" -nt "${_venv_so[0]}" ]; then
-    say "building the C record kernel (prefetchd/kernel/_native.c changed)"
+# The editable install builds the C extensions once (the record kernel, _native, and the native
+# GET client's engine, _http); a checkout whose .c changed since (a pull, a merge) would go on
+# importing the old build, which lacks what the new Python calls. Rebuild them in place when a
+# source is newer than its build (a few seconds).
+_venv_stale=""
+for _venv_ext in _native _http; do
+    _venv_so=("$ROOT"/prefetchd/kernel/"$_venv_ext".cpython-*.so)
+    if [ ! -e "${_venv_so[0]}" ] || [ "$ROOT/prefetchd/kernel/$_venv_ext.c" -nt "${_venv_so[0]}" ]; then
+        _venv_stale="$_venv_stale $_venv_ext"
+    fi
+done
+if [ -n "$_venv_stale" ]; then
+    say "building the C extensions (changed:$_venv_stale)"
     (cd "$ROOT" && "$PY" setup.py -q build_ext --inplace) ||
-        echo "warning: the C record kernel did not build; the writers use its Python twin"
+        echo "warning: a C extension did not build; the writers use the record kernel's Python twin, download.client: native is unavailable"
 fi
 
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
-unset _venv_python _venv_want _venv_have _venv_tf _venv_so
+unset _venv_python _venv_want _venv_have _venv_tf _venv_so _venv_ext _venv_stale

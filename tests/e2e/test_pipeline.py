@@ -45,16 +45,21 @@ class Sampler(threading.Thread):
             time.sleep(0.01)
 
 
-@pytest.mark.parametrize("kind", ["tfrecord", "raw"])
+@pytest.mark.parametrize(
+    ("kind", "client"),
+    # crt: the default where awscrt is installed; native: the C engine (download.client: native)
+    [("tfrecord", "crt"), ("raw", "crt"), ("tfrecord", "native"), ("raw", "native")],
+)
 def test_two_epochs_exactly_once_to_two_trainers(
     kind: str,
+    client: str,
     tmp_path: Path,
     upload: Callable[..., Any],
     write_config: Callable[..., Path],
     run_daemon: Callable[..., Any],
 ) -> None:
     dataset = upload(kind, SIZES, seed=7)
-    config_path = write_config(tmp_path, source__format=kind)
+    config_path = write_config(tmp_path, source__format=kind, download__client=client)
     config = yaml.safe_load(config_path.read_text())
     expected = Counter(dataset["ids"] if kind == "tfrecord" else dataset["keys"])
     assert len(expected) == dataset["records"]

@@ -33,7 +33,7 @@ def write_credentials(path: Path, key: str) -> None:
     os.replace(tmp, path)
 
 
-@pytest.mark.parametrize("client", ["classic", "crt"])
+@pytest.mark.parametrize("client", ["classic", "crt", "native"])
 def test_credentials_rewritten_in_their_file_are_taken_and_nothing_is_skipped(
     client: str,
     tmp_path: Path,

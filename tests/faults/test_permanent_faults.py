@@ -30,7 +30,7 @@ from tests.faults.faultkit import error_keys, finish_reader, ids_of, read_status
 from tests.faults.faultproxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.e2e
-CLIENTS = ["classic", "crt"]
+CLIENTS = ["classic", "crt", "native"]
 KIB, MIB = 1024, 1024**2
 SIZES = [3 * KIB, 40 * KIB, 700 * KIB, 90 * KIB, 1 * MIB, 12 * KIB, 300 * KIB, 5 * KIB]
 # One event per line: "<date> <time>,<ms> <LEVEL> prefetchd[<role>] <logger>: <message>"

@@ -26,7 +26,7 @@ BYTES_PER_S = 256 * KIB
 SPAN_S = 2.0  # the stretches checked: every request's next SPAN_S seconds
 
 
-@pytest.mark.parametrize("client", ["classic", "crt"])
+@pytest.mark.parametrize("client", ["classic", "crt", "native"])
 def test_requests_and_bytes_keep_the_hosts_budgets(
     client: str,
     tmp_path: Path,

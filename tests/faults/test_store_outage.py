@@ -74,7 +74,7 @@ def status_text(config: Path) -> str:
     ).stdout
 
 
-@pytest.mark.parametrize("client", ["classic", "crt"])
+@pytest.mark.parametrize("client", ["classic", "crt", "native"])
 def test_an_outage_is_the_verdict_first_and_downloads_resume_at_once_after_it(
     client: str,
     tmp_path: Path,

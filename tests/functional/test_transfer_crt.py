@@ -27,7 +27,9 @@ import pytest
 
 from prefetchd.config import Config, config_from_dict
 from prefetchd.download.classic import ClassicTransfer
+from prefetchd.download.endpoint import endpoint_for
 from prefetchd.download.jobs import Job
+from prefetchd.download.native import NativeTransfer
 from prefetchd.download.order import SourceObject
 from prefetchd.download.store import Fault, classify
 from prefetchd.download.transfer import make_transfer
@@ -39,12 +41,12 @@ pytest.importorskip("awscrt")
 
 import awscrt.s3
 
-from prefetchd.download.crt import CrtTransfer, endpoint_for, store_error
+from prefetchd.download.crt import CrtTransfer, store_error
 
 BUCKET = "prefetchd-transfer-test"
 PART = 64 * 1024  # the smallest download.part_size allowed
-CLIENTS = ("classic", "crt")
-BACKENDS = {"classic": ClassicTransfer, "crt": CrtTransfer}
+CLIENTS = ("classic", "crt", "native")
+BACKENDS = {"classic": ClassicTransfer, "crt": CrtTransfer, "native": NativeTransfer}
 
 # Settings from the machine that could point boto3 or the CRT somewhere else.
 _AWS_UNSET = (
@@ -304,8 +306,12 @@ def test_https_endpoint_with_ca_bundle(
     client: str, tls_server: TlsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """source.endpoint_url over TLS, the certificate trusted through AWS_CA_BUNDLE only (both
-    backends read it through botocore's config)."""
+    backends read it through botocore's config); native speaks plain HTTP and says so."""
     monkeypatch.setenv("AWS_CA_BUNDLE", tls_server.ca_bundle)
+    if client == "native":  # plain HTTP only: refused when the config is read, naming the key
+        with pytest.raises(ConfigError, match=r"^download.client: 'native' .* use crt for https$"):
+            make_config(tmp_path, tls_server.url, client)
+        return
     names = ["small", "large", "empty"]
     objs = [tls_server.objects[n].obj for n in names]
     out = fetch(make_config(tmp_path, tls_server.url, client), objs, tmp_path)
@@ -434,3 +440,10 @@ def test_http_errors_classify_like_boto3(status: int, body: bytes | None, fault:
         body=body,
     )
     assert classify(store_error(crt, status, body)) is fault
+
+
+def test_native_missing_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the built C extension, the config names the key and the fix, on one line."""
+    monkeypatch.setitem(sys.modules, "prefetchd.kernel._http", None)  # import -> ImportError
+    with pytest.raises(ConfigError, match=r"^download.client: 'native' needs .*build_ext"):
+        make_config(tmp_path, "http://127.0.0.1:9", "native")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from prefetchd.config import config_from_dict
-from prefetchd.download.crt import endpoint_for
+from prefetchd.download.endpoint import endpoint_for
 from prefetchd.download.store import make_client
 from prefetchd.errors import ConfigError
 

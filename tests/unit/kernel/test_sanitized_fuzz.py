@@ -21,6 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 SOURCE = ROOT / "prefetchd" / "kernel" / "_native.c"
 DRIVER = Path(__file__).with_name("fuzz_kernel.py")
+HTTP_SOURCE = ROOT / "prefetchd" / "kernel" / "_http.c"  # the native GET client's engine
+HTTP_DRIVER = Path(__file__).with_name("fuzz_http.py")
+HTTP_EXAMPLES = 2000
 SANITIZE = [
     "-fsanitize=address,undefined",
     "-fno-omit-frame-pointer",
@@ -30,8 +33,8 @@ EXAMPLES = 500  # per fuzzed function (three of them): ~35 s with the 2 cores lo
 REPORTS = ("ERROR: AddressSanitizer", "runtime error:", "SUMMARY: UndefinedBehaviorSanitizer")
 
 
-def build(out: Path) -> tuple[Path, str]:
-    """The sanitized module built into ``out``, and the ``libasan`` to preload."""
+def build(out: Path, source: Path = SOURCE, libs: tuple[str, ...] = ()) -> tuple[Path, str]:
+    """The sanitized module of ``source`` built into ``out``, and the ``libasan`` to preload."""
     compiler = shutil.which("gcc")
     assert compiler, "gcc is needed to build the sanitized C kernel and is not on PATH"
     include = sysconfig.get_paths()["include"]
@@ -40,7 +43,7 @@ def build(out: Path) -> tuple[Path, str]:
         [compiler, "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert os.path.isabs(libasan) and os.path.exists(libasan), f"gcc has no libasan ({libasan})"
-    module = out / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
+    module = out / f"{source.stem}{sysconfig.get_config_var('EXT_SUFFIX')}"
     command = [
         compiler,
         *SANITIZE,
@@ -53,9 +56,10 @@ def build(out: Path) -> tuple[Path, str]:
         "-shared",
         "-fPIC",
         f"-I{include}",
-        str(SOURCE),
+        str(source),
         "-o",
         str(module),
+        *libs,
     ]
     made = subprocess.run(command, capture_output=True, text=True)
     assert made.returncode == 0, f"{' '.join(command)} failed:\n{made.stderr}"
@@ -86,3 +90,31 @@ def test_sanitized_c_kernel_agrees_with_the_twin_on_fuzzed_input(tmp_path: Path)
         f"--- stdout\n{ran.stdout[-3000:]}\n--- stderr\n{ran.stderr[-12000:]}"
     )
     assert ran.stdout.count("examples agreed") == 4, ran.stdout
+
+
+def test_sanitized_http_engine_parses_fuzzed_responses_and_serves_faults(tmp_path: Path) -> None:
+    """The native GET client's engine (``_http.c``): its response parser on responses drawn
+    valid and mutated, split at random, then the engine thread against a scripted server
+    (splits, chunked error bodies, closes, hangs, timeouts, cancel, close) — no report."""
+    module, libasan = build(tmp_path, HTTP_SOURCE, ("-lz", "-lpthread"))
+    env = {
+        **os.environ,
+        "LD_PRELOAD": libasan,
+        "PYTHONMALLOC": "malloc",
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    }
+    ran = subprocess.run(
+        [sys.executable, str(HTTP_DRIVER), str(module), str(HTTP_EXAMPLES)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    reports = [r for r in REPORTS if r in ran.stderr]
+    assert ran.returncode == 0 and not reports, (
+        f"exit status {ran.returncode}, sanitizer reports {reports}\n"
+        f"--- stdout\n{ran.stdout[-3000:]}\n--- stderr\n{ran.stderr[-12000:]}"
+    )
+    assert ran.stdout.count("examples agreed") == 2, ran.stdout

@@ -1,0 +1,456 @@
+"""Moving bytes from the store into local files with the C engine (``download.client: native``).
+
+``prefetchd.kernel._http.Engine`` is one C thread running epoll over up to
+``download.concurrency`` keep-alive HTTP/1.1 connections to the store (plain HTTP only: an
+https endpoint is a ``ConfigError`` naming the key — use crt for https). It signs each GET
+(SigV4, in C), writes the body with ``pwrite`` into the ``.part`` file ``prepare()`` created,
+at the part's offset, and takes the body's CRC32 or CRC32C (whichever the response's
+``x-amz-checksum-*`` header names) as it arrives. Python submits one request per part and one
+thread of this transfer (``native-wait``) takes the finished ones in batches: one wake, and
+one GIL hand-over, for many objects (issue 28: awscrt cost the daemon ~0.25 ms of Python per
+small object, most of it per-request setup and a GIL hand-over per callback).
+
+- An object that fits in one part (``parts.object_part_size``) is one plain GET with
+  ``x-amz-checksum-mode: ENABLED``; a FULL_OBJECT CRC it is answered with is compared with the
+  CRC the engine took (``job.received``): verification reads nothing back. Larger objects are
+  ranged GETs (``budget.split_ranges``), one slot each, on several connections; they are
+  verified like the classic client's (``verify.settle``).
+- The slots (``slots.Slots``) keep ``download.concurrency`` and the adaptive limit; the
+  budgets (``Pacer``) count each request and its bytes before it is submitted, retries too.
+- Retries: connection faults (refused, reset, closed mid-response, silent for
+  ``IDLE_TIMEOUT``), 5xx and throttling are tried again up to ``download.retries`` times after
+  an exponential backoff with jitter capped at ``hooks.MAX_RETRY_DELAY`` (2 s), counted in
+  ``job.retries``; each attempt's outcome goes to the signals (``outcome.report_outcome``).
+  What outlives them becomes ``job.error`` as ``store.classify()`` expects (``client_error``:
+  the S3 XML Code; ``StoreConnectionError`` for no answer).
+- A size other than the listed one is refused by the engine before a byte is written, and
+  becomes ``SizeChanged`` (the downloader admits the real size and fetches again).
+- Finishing (``verify.settle`` and ``done``) runs on the ``native-wait`` thread for an object
+  verified without a request and at most ``INLINE_MAX`` bytes; anything else (a HEAD, hashing
+  a large file) on ``FINISHERS`` threads, so that it does not hold up the other completions.
+- Credentials: botocore's chain (``store.session``), as for crt; refreshable ones are read
+  again every ``CREDENTIALS_EVERY`` seconds and pushed to the engine when they changed (botocore
+  renews them before they expire). Never logged.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import botocore.exceptions
+from botocore.credentials import Credentials, RefreshableCredentials
+
+from prefetchd.budget import split_ranges
+from prefetchd.config import Config
+from prefetchd.download.checksums import response_checksum
+from prefetchd.download.endpoint import Endpoint, endpoint_for, resolved_url
+from prefetchd.download.finishers import Finishers
+from prefetchd.download.hooks import MAX_RETRY_DELAY
+from prefetchd.download.jobs import Done, Job
+from prefetchd.download.outcome import client_error, report_outcome
+from prefetchd.download.parts import object_part_size
+from prefetchd.download.signals import Signals
+from prefetchd.download.slots import Slots
+from prefetchd.download.store import Fault, classify, forget_credentials, make_client
+from prefetchd.download.store import session as store_session
+from prefetchd.download.verify import IntegrityError, SizeChanged, Verifier, settle, stored_size
+from prefetchd.errors import ConfigError
+from prefetchd.kernel import _http, choice
+from prefetchd.layout import Layout
+from prefetchd.logs import redact_url
+from prefetchd.spares import Spares
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REGION = "us-east-1"
+CONNECT_TIMEOUT = 10.0  # seconds, like the classic and crt clients
+IDLE_TIMEOUT = 60.0  # seconds without a byte of an answer: botocore's read timeout
+SHUTDOWN_WAIT = 15.0  # seconds for cancelled requests to report, inside the supervisor's grace
+FINISHERS = 4  # threads that verify what needs a HEAD or hashing a large file
+INLINE_MAX = 1024 * 1024  # the largest object finished on the native-wait thread
+CREDENTIALS_EVERY = 1.0  # seconds between looks at refreshable credentials
+WAIT = 0.2  # the longest native-wait sleeps in the engine when nothing is due
+
+# What the engine's errno means when the store did not answer (a fault to retry).
+_NETWORK = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset by the store",
+    errno.ECONNABORTED: "connection closed mid-response",
+    errno.EPIPE: "connection closed (broken pipe)",
+    errno.ETIMEDOUT: "timed out waiting for the store",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+    errno.EPROTO: "malformed HTTP response",
+    errno.E2BIG: "HTTP response headers too large",
+}
+
+if (_address := choice.crc32c_address()) is not None:  # without it, CRC32C answers read back
+    _http.set_crc32c(_address)
+
+
+class StoreConnectionError(ConnectionError):
+    """No (whole) answer from the store: ``errno`` says why, in words ``hooks.trouble`` knows."""
+
+
+@dataclass(eq=False)
+class _Part:
+    """One GET of a job: its whole object (``ranged`` False) or the bytes ``start`` ..
+    ``start + length - 1``; the engine's tag for it."""
+
+    job: Job
+    start: int
+    length: int
+    ranged: bool
+    attempts: int = 0  # retries so far
+    settled: bool = False  # counted in its job's parts_left (never twice)
+
+
+class NativeTransfer:
+    """GETs on one ``_http.Engine``. Owns the engine, its ``native-wait`` thread (completions,
+    retries, credentials), the finisher threads and the slots. ``done(job)`` is called once
+    per job, from a thread of this transfer, with ``job.error`` set if it was not fetched."""
+
+    def __init__(self, config: Config, done: Done, signals: Signals | None = None) -> None:
+        src, dl = config.source, config.download
+        self._config = config
+        self._signals = signals or Signals.of(config)
+        self._done = done
+        self._bucket = src.bucket
+        self._part_size = dl.part_size
+        self._concurrency = dl.concurrency
+        self._retries = dl.retries
+        self._slots = Slots(dl.concurrency, self._signals.limit)
+        self._held: set[int] = set()  # jobs holding a slot the budget has not let start yet
+        self._spares = Spares.shared(Layout.of(config).cache_tmp)
+        session = store_session(src.profile, src.region)
+        region = src.region or session.get_config_variable("region") or DEFAULT_REGION
+        self._credentials: Credentials | None = session.get_credentials()
+        url = src.endpoint_url or resolved_url(session, region)
+        resolved = "" if src.endpoint_url else url
+        self._endpoint = endpoint_for(src.bucket, src.endpoint_url, resolved, src.addressing_style)
+        if self._endpoint.tls:
+            raise ConfigError(
+                f"download.client: 'native' speaks plain HTTP only and the endpoint "
+                f"{redact_url(url)!r} is https: use crt for https"
+            )
+        self._endpoints: dict[str, Endpoint] = {
+            s.bucket: endpoint_for(s.bucket, src.endpoint_url, resolved, src.addressing_style)
+            for s in config.sources
+        }
+        address, port = _address_of(url)
+        self._engine = _http.Engine(
+            address, port, dl.concurrency, CONNECT_TIMEOUT, IDLE_TIMEOUT, region
+        )
+        self._pushed: tuple[str, str, str | None] | None = None
+        self._credentials_at = 0.0
+        self._push_credentials()
+        self._verifier = Verifier(
+            make_client(config, pool=FINISHERS, signals=self._signals), src.bucket, src.format
+        )
+        self._finisher: Finishers[_Part] = Finishers(FINISHERS, "native-done")
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._parts = 0  # parts submitted and not settled (under _lock)
+        self._closing = False
+        self._due: list[tuple[float, int, _Part]] = []  # retries by time (native-wait only)
+        self._order = itertools.count()
+        self._thread = threading.Thread(target=self._wait_loop, name="native-wait", daemon=True)
+        self._thread.start()
+
+    # --- main thread --------------------------------------------------------------------------
+
+    def prepare(self, job: Job) -> None:
+        """Create the temp file of ``job`` and plan its parts (main thread)."""
+        size = job.obj.size
+        part = object_part_size(size, self._part_size, self._concurrency)
+        job.ranges = split_ranges(size, part) if size > part else []
+        job.next_part = 0
+        job.parts_left = max(1, len(job.ranges))
+        job.error = None
+        job.retries = 0
+        job.lookups = 0
+        job.md5 = None
+        job.answered = None
+        job.received = None
+        job.fd = self._spares.create(job.tmp, readable=True)
+        if job.ranges:  # parts land out of order
+            os.ftruncate(job.fd, size)
+
+    def submit_parts(self, job: Job, timeout: float) -> bool:
+        """Start as many of ``job``'s requests as slots and budgets allow; True once all are."""
+        count = max(1, len(job.ranges))
+        while job.next_part < count:
+            if id(job) not in self._held:
+                if not self._slots.acquire(timeout=timeout):
+                    return False
+                self._held.add(id(job))
+                timeout = 0
+            part = self._part(job, job.next_part)
+            if not self._budget_allows(part, timeout):
+                return False
+            self._held.discard(id(job))
+            job.next_part += 1
+            with self._lock:
+                self._parts += 1
+            self._send(part)
+            timeout = 0
+        return True
+
+    def refresh_credentials(self) -> None:
+        """Sign later requests with the credential chain resolved again (files re-read)."""
+        forget_credentials()
+        session = store_session(self._config.source.profile, self._config.source.region)
+        self._credentials = session.get_credentials()
+        self._push_credentials(force=True)
+        client = make_client(self._config, pool=FINISHERS, signals=self._signals)
+        self._verifier = Verifier(client, self._bucket, self._config.source.format)
+
+    def shutdown(self) -> None:
+        """Cancel what is queued or in flight, wait for every job's done(), stop the threads."""
+        with self._lock:
+            self._closing = True
+        self._engine.cancel_all()
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._parts == 0, timeout=SHUTDOWN_WAIT):
+                log.warning("%d requests still running after %.0fs", self._parts, SHUTDOWN_WAIT)
+        self._thread.join(timeout=SHUTDOWN_WAIT)
+        self._engine.close()
+        self._finisher.shutdown()
+
+    def _part(self, job: Job, index: int) -> _Part:
+        if not job.ranges:
+            return _Part(job, 0, job.obj.size, ranged=False)
+        start, end = job.ranges[index]
+        return _Part(job, start, end - start + 1, ranged=True)
+
+    def _budget_allows(self, part: _Part, timeout: float) -> bool:
+        pacer = self._signals.pacer
+        return not pacer.active or pacer.admit(1, part.length, timeout)
+
+    def _send(self, part: _Part) -> None:
+        """Hand ``part`` to the engine (or, without credentials, fail it off this thread)."""
+        job = part.job
+        if self._credentials is None:  # what botocore raises per request in the classic client
+            with job.lock:
+                job.error = job.error or botocore.exceptions.NoCredentialsError()
+            self._finisher.submit(self._settle_part, part)
+            return
+        endpoint = self._endpoints.get(job.bucket, self._endpoint) if job.bucket else self._endpoint
+        end = part.start + part.length - 1
+        self._engine.submit(
+            part,
+            endpoint.host,
+            endpoint.path(job.obj.key),
+            job.fd,
+            part.start,
+            part.length,
+            job.obj.size,
+            range=f"bytes={part.start}-{end}" if part.ranged else None,
+            if_match=f'"{job.obj.etag}"' if job.obj.etag else None,
+            checksum_mode=not part.ranged,
+        )
+
+    # --- the native-wait thread ---------------------------------------------------------------
+
+    def _wait_loop(self) -> None:
+        while True:
+            for tag, status, err, written, headers, crc, body in self._engine.wait(self._sleep()):
+                try:
+                    self._completed(tag, status, err, written, headers, crc, body)
+                except Exception as exc:  # never lose a part: it is settled with the error
+                    log.exception("finishing a GET of %s failed", tag.job.obj.key)
+                    if not tag.settled:
+                        with tag.job.lock:
+                            tag.job.error = tag.job.error or exc
+                        self._settle_part(tag)
+            self._resend_due()
+            self._push_credentials()
+            with self._lock:
+                if self._closing and self._parts == 0:
+                    return
+
+    def _sleep(self) -> float:
+        if not self._due:
+            return WAIT
+        return max(0.0, min(WAIT, self._due[0][0] - time.monotonic()))
+
+    def _completed(
+        self,
+        part: _Part,
+        status: int,
+        err: int,
+        written: int,
+        headers: dict[str, str],
+        crc: tuple[str, bytes] | None,
+        body: bytes | None,
+    ) -> None:
+        job = part.job
+        error = self._error_of(part, status, err, written, headers, body)
+        if err != errno.ECANCELED:
+            report_outcome(self._signals, error)
+        if error is None:
+            if not part.ranged:
+                job.answered = response_checksum(headers, job.obj.etag)
+                job.received = crc
+            self._settle_part(part)
+            return
+        if self._retryable(error) and part.attempts < self._retries and not self._closing:
+            part.attempts += 1
+            with job.lock:
+                job.retries += 1
+            delay = min(MAX_RETRY_DELAY, random.uniform(0, 2.0 ** (part.attempts - 1)))
+            heapq.heappush(self._due, (time.monotonic() + delay, next(self._order), part))
+            log.debug("GET %s again in %.2fs after %s", job.obj.key, delay, error)
+            return
+        with job.lock:
+            job.error = job.error or error
+        self._settle_part(part)
+
+    def _resend_due(self) -> None:
+        """Send the retries whose backoff is over (and the budgets allow); when closing, end
+        them with the error they had."""
+        now = time.monotonic()
+        while self._due and (self._due[0][0] <= now or self._closing):
+            _, _, part = heapq.heappop(self._due)
+            if self._closing:
+                with part.job.lock:
+                    part.job.error = part.job.error or OSError(errno.ECANCELED, "shut down")
+                self._settle_part(part)
+                continue
+            wait = self._signals.pacer.delay(1, part.length) if self._signals.pacer.active else 0
+            if wait > 0:
+                heapq.heappush(self._due, (now + wait, next(self._order), part))
+                return
+            self._send(part)
+
+    def _error_of(
+        self,
+        part: _Part,
+        status: int,
+        err: int,
+        written: int,
+        headers: dict[str, str],
+        body: bytes | None,
+    ) -> BaseException | None:
+        """What one attempt's completion means: None when its bytes all arrived."""
+        if err == 0 and 200 <= status < 300:
+            if written != part.length:
+                return IntegrityError(
+                    f"body ended after {written} of {part.length} bytes at offset {part.start}"
+                )
+            return None
+        if err == 0:
+            return client_error(status, body)
+        if err == errno.EMSGSIZE and status:
+            return _size_error(part, headers)
+        if err in _NETWORK:
+            return StoreConnectionError(err, _NETWORK[err])
+        return OSError(err, os.strerror(err))  # this side: a full disk, a cancel
+
+    @staticmethod
+    def _retryable(error: BaseException) -> bool:
+        if isinstance(error, StoreConnectionError):
+            return True
+        return isinstance(error, botocore.exceptions.ClientError) and (
+            classify(error) is Fault.TRANSIENT
+        )
+
+    def _settle_part(self, part: _Part) -> None:
+        """``part`` is done (fetched or failed): its job's last one finishes the job."""
+        part.settled = True
+        job = part.job
+        with job.lock:
+            job.parts_left -= 1
+            last = job.parts_left == 0
+        if not last:
+            self._slots.release(1)
+            self._part_settled()
+            return
+        if job.error is not None or (
+            job.obj.size <= INLINE_MAX and not self._verifier.needs_request(job)
+        ):
+            self._finish(part)
+            return
+        try:
+            self._finisher.submit(self._finish, part)
+        except RuntimeError:  # shut down after waiting too long for this request
+            self._finish(part)
+
+    def _finish(self, last: _Part) -> None:
+        """Verify the object of ``last`` (its job's last part), hand it over, then free the
+        part's slot."""
+        job = last.job
+        try:
+            settle(job, self._verifier)
+        finally:
+            try:
+                self._done(job)
+            finally:
+                self._slots.release(1)
+                self._part_settled()
+
+    def _part_settled(self) -> None:
+        with self._lock:
+            self._parts -= 1
+            if self._closing:
+                self._idle.notify_all()
+
+    def _push_credentials(self, force: bool = False) -> None:
+        """Give the engine the credentials to sign with when they changed; refreshable ones
+        are looked at every ``CREDENTIALS_EVERY`` seconds (botocore renews them in time)."""
+        credentials = self._credentials
+        if credentials is None:
+            return
+        now = time.monotonic()
+        if not force and (
+            self._pushed is not None
+            and (
+                not isinstance(credentials, RefreshableCredentials)
+                or now - self._credentials_at < CREDENTIALS_EVERY
+            )
+        ):
+            return
+        self._credentials_at = now
+        frozen = credentials.get_frozen_credentials()
+        current = (frozen.access_key or "", frozen.secret_key or "", frozen.token)
+        if current != self._pushed:
+            self._engine.set_credentials(*current)
+            self._pushed = current
+
+
+def _size_error(part: _Part, headers: dict[str, str]) -> IntegrityError:
+    """A 2xx the engine refused before writing: the store holds another size (``SizeChanged``),
+    or answered a range with something else."""
+    job = part.job
+    length = headers.get("content-length", "")
+    whole = None if part.ranged else (int(length) if length.isdigit() else None)
+    actual = stored_size(headers.get("content-range"), whole)
+    if actual is not None and actual != job.obj.size:
+        return SizeChanged(job.obj.size, actual)
+    return IntegrityError(
+        f"expected {part.length} bytes at offset {part.start}, store sent {length or 'more'}"
+    )
+
+
+def _address_of(url: str) -> tuple[str, int]:
+    """The numeric address and port the engine connects to (resolved once, here)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or 80
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(
+            f"source.endpoint_url: cannot resolve {host!r} for download.client native: {exc}"
+        ) from None
+    return str(found[0][4][0]), port
