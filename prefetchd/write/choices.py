@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Sequence
-from operator import attrgetter
 from typing import NamedTuple
 
 from prefetchd.kernel import choice
@@ -30,9 +29,6 @@ from prefetchd.write.objects import OpenObject
 from prefetchd.write.source_rates import SourceRates
 
 PICKS = 16384  # choices of object drawn at once
-# a pass over the mixable objects in C (``map``), not a Python iteration per open object
-_CURSOR = attrgetter("cursor")
-_ENDS = attrgetter("frames.ends")  # its len() is the batch's frames (``Frames.__len__``)
 
 
 class SourceDraw(NamedTuple):
@@ -108,7 +104,8 @@ class Choices:
     def draw_ahead(self, mixable: list[OpenObject]) -> None:
         """Draw the next choices of object: no more than can be used before some object's
         batch runs out (then the set may change and the rest would be thrown away)."""
-        left = sum(map(len, map(_ENDS, mixable))) - sum(map(_CURSOR, mixable))
+        # ``len(o.frames)`` without calling ``Frames.__len__`` per open object (half the time)
+        left = sum(len(o.frames.ends) - o.cursor for o in mixable)
         count = min(PICKS, left + 1)
         self.picks_from = (self.mix_state, count)
         draw = self.source_draw(mixable)

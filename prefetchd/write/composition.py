@@ -9,15 +9,10 @@ the ledger line. A few numbers per step of ~1 MiB: no work per record.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import compress, repeat
-from operator import attrgetter, is_
-from typing import cast
 
 from prefetchd.messages.shard_mix import ShardMix, ShardPart, Step
 from prefetchd.write.choices import SourceDraw
 from prefetchd.write.objects import OpenObject
-
-_NAME = attrgetter("name")
 
 
 class Composition:
@@ -41,24 +36,16 @@ class Composition:
         """Records ``[at, stop)`` of the draws ``picks`` (``(state, count)``) over ``mixable``
         were written; called before the objects' ``taken`` moves past them. ``draw``: what
         else drew them, if by source (``choices.SourceDraw``)."""
-        # A lookup per mixable object, in C (``map``): with ``output.mix`` 64 and objects of
-        # one record a step writes ~7 records, and a Python loop over all 64 cost more than
-        # its write. Only the objects new to the shard take the loop below.
-        found = list(map(self.slots.get, map(_NAME, mixable)))
-        for i in compress(range(len(found)), map(is_, found, repeat(None))):
-            found[i] = self._slot(mixable[i])  # new to the shard: in the order of mixable
-        slots = cast("list[int]", found)
+        slots = []
+        for obj in mixable:
+            slot = self.slots.get(obj.name)
+            if slot is None:
+                slot = self.slots[obj.name] = len(self.names)
+                self.names.append(obj.name)
+                self.starts.append(obj.taken)
+            slots.append(slot)
         by_source = draw.numbers() if draw is not None else None
         self.steps.append((picks[0], picks[1], at, stop, tuple(slots), by_source))
-
-    def _slot(self, obj: OpenObject) -> int:
-        """``obj``'s index in the shard's objects, given at its first step."""
-        slot = self.slots.get(obj.name)
-        if slot is None:
-            slot = self.slots[obj.name] = len(self.names)
-            self.names.append(obj.name)
-            self.starts.append(obj.taken)
-        return slot
 
     def mix(self, open_objects: Sequence[OpenObject], finished: Sequence[OpenObject]) -> ShardMix:
         """The shard's mix at its commit: ``open_objects`` still open, ``finished`` drained."""

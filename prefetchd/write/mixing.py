@@ -29,8 +29,6 @@ Shards: a record whose frame does not fit in the rest of the shard (``large_ahea
 from __future__ import annotations
 
 from array import array
-from itertools import compress
-from operator import attrgetter, ge, ne
 from typing import NamedTuple
 
 from prefetchd.kernel import choice, twin
@@ -44,14 +42,6 @@ STEP_BYTES = 1024 * 1024  # frames copied per step: one write, one report and st
 # copied into one buffer first: a Python step per frame (~0.5 us) costs less than copying
 # 16 KiB (bench.profile.writer medium, 16-128 KiB records: 5 % less writer CPU than at 64 KiB).
 LARGE_FRAME = 16 * 1024
-
-# The per-step passes over the mixable objects go through these (``map``, ``compress``): the
-# loop runs in C, not a Python iteration per open object. With ``output.mix`` 64 and small
-# objects (one record each, ~7 a step) the passes were most of the writer's Python per object.
-_EPOCH = attrgetter("epoch")
-_CURSOR = attrgetter("cursor")
-_ENDS = attrgetter("frames.ends")  # its len() is the batch's frames (``Frames.__len__``)
-_SOURCE = attrgetter("frames.data", "frames.ends")
 
 
 class Drawn(NamedTuple):
@@ -123,13 +113,9 @@ class Mixer:
         span two epochs; a shard holds one), but those waiting for a batch (``_park``)."""
         if self._mixable is not None:
             return self._mixable
-        epochs = list(map(_EPOCH, self.open))
-        epoch = min(epochs)
+        epoch = min(o.epoch for o in self.open)
         self.choices.seed_epoch(epoch)
-        if not self.waiting and epoch == max(epochs):
-            self._mixable = self.open.copy()  # all of them: the usual case
-        else:
-            self._mixable = [o for o in self.open if o.epoch == epoch and not o.waiting]
+        self._mixable = [o for o in self.open if o.epoch == epoch and not o.waiting]
         return self._mixable
 
     def _changed(self) -> None:
@@ -151,8 +137,8 @@ class Mixer:
         an object whose batch ran out; the objects' cursors are not moved yet (``advance``)."""
         choices = self.choices
         picks = choices.ready(mixable)
-        cursors = array("Q", map(_CURSOR, mixable))
-        sources = list(map(_SOURCE, mixable))
+        cursors = array("Q", [o.cursor for o in mixable])
+        sources = [(o.frames.data, o.frames.ends) for o in mixable]
         parts: list[bytes] | list[memoryview]
         if self.large_frames():  # write them where they lie: one copy less per byte
             parts, stop = twin.interleave_views(sources, cursors, picks, choices.pick_at, limit)
@@ -164,14 +150,15 @@ class Mixer:
     def advance(self, mixable: list[OpenObject], drawn: Drawn) -> None:
         """Count ``drawn``'s frames as taken (they are written), then refill the objects whose
         batch ran out: at once, so an object is drained as soon as its last record is in."""
-        cursors = drawn.cursors
-        assert len(cursors) == len(mixable)
-        # only the few objects the step took from (the passes run in C: see ``_CURSOR``)
-        for i in compress(range(len(mixable)), map(ne, cursors, map(_CURSOR, mixable))):
-            obj, cursor = mixable[i], cursors[i]
-            obj.taken += cursor - obj.cursor
-            obj.cursor = cursor
-        used_up = list(compress(mixable, map(ge, cursors, map(len, map(_ENDS, mixable)))))
+        used_up = []
+        for obj, cursor in zip(mixable, drawn.cursors, strict=True):
+            if cursor != obj.cursor:
+                obj.taken += cursor - obj.cursor
+                obj.cursor = cursor
+            # ``len(obj.frames)`` without calling ``Frames.__len__``: this loop runs over
+            # every open object per step, and the Python call was half its time
+            if cursor >= len(obj.frames.ends):
+                used_up.append(obj)
         self.choices.pick_at = drawn.stop
         for obj in used_up:
             if self.may_fetch(obj):
