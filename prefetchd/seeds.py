@@ -14,7 +14,7 @@ import random
 
 def stable_hash(*parts: object) -> int:
     """64 bits of BLAKE2b over ``parts`` (as text): the same on every run and machine."""
-    text = "\x00".join(str(p) for p in parts).encode("utf-8", "surrogatepass")
+    text = "\x00".join(map(str, parts)).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
 
 

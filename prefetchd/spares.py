@@ -39,6 +39,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -59,17 +60,19 @@ _RENAME_NOREPLACE = 1
 
 
 def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    """glibc's ``renameat2`` (2.28 and later), None where it has none."""
+    """glibc's ``renameat2`` (2.28 and later), None where it has none. No ``argtypes``: the
+    arguments are passed as ``int`` and ``bytes``, which ctypes converts natively, and their
+    per-call conversion through ``argtypes`` cost a fifth of the call (twice per object)."""
     try:
         func = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
         return None
-    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     func.restype = ctypes.c_int
     return func
 
 
 _RENAMEAT2 = _renameat2()
+_FS_ENCODING = sys.getfilesystemencoding()  # what os.fsencode uses, without its Python frame
 
 
 def rename_noreplace(src: str, dst: str) -> None:
@@ -77,7 +80,13 @@ def rename_noreplace(src: str, dst: str) -> None:
     with ``EINVAL`` or ``ENOSYS`` where the filesystem or the C library cannot."""
     if _RENAMEAT2 is None:
         raise OSError(errno.ENOSYS, "renameat2 is not available")
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE):
+    if _RENAMEAT2(
+        _AT_FDCWD,
+        src.encode(_FS_ENCODING, "surrogateescape"),
+        _AT_FDCWD,
+        dst.encode(_FS_ENCODING, "surrogateescape"),
+        _RENAME_NOREPLACE,
+    ):
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), src, None, dst)
 

@@ -6,7 +6,8 @@ supervisor gone), and where it reports. A child reports by rewriting
 ``state_dir/children/<name>.json`` (atomically) from its main loop about twice a second; the
 file's ``heartbeat`` tells the supervisor the loop is alive. The report's format and its rule
 for other versions are ``messages/child_report.py``. Signal handlers only set a flag; the loops
-look at it at least every half second.
+look at it at least every half second (and whether the supervisor is gone at most every
+``PARENT_CHECK_INTERVAL``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ log = logging.getLogger(__name__)
 
 REPORT_INTERVAL = 0.5
 MAX_LAST_ERRORS = 10
+# How often ``should_stop`` asks whether the supervisor is still the parent (``getppid``, a
+# syscall): the loops ask once per pass, about once per small object in the downloader. The
+# kernel's SIGTERM on the parent's death (``roles/shell.py``) is the first line; this is the
+# fallback where it is not there, and a tenth of a second is well inside the half second the
+# loops promise.
+PARENT_CHECK_INTERVAL = 0.1
 
 
 class ChildContext:
@@ -44,13 +51,21 @@ class ChildContext:
         self.counters: Mapping[str, object] = {}
         self.last_errors: deque[ErrorEntry] = deque(maxlen=MAX_LAST_ERRORS)
         self._parent = os.getppid()
+        self._parent_checked = time.monotonic()
         self._last_report = 0.0
         self._path = self.layout.child_report(name)
 
     def should_stop(self) -> bool:
-        if not self.stopping and os.getppid() != self._parent:
-            log.warning("the supervisor is gone; stopping")
-            self.stopping = True
+        """Whether the loop must stop: a stop signal, or the supervisor gone (looked at every
+        ``PARENT_CHECK_INTERVAL``, not on every pass: it is a syscall)."""
+        if self.stopping:
+            return True
+        now = time.monotonic()
+        if now - self._parent_checked >= PARENT_CHECK_INTERVAL:
+            self._parent_checked = now
+            if os.getppid() != self._parent:
+                log.warning("the supervisor is gone; stopping")
+                self.stopping = True
         return self.stopping
 
     def error(self, key: str | None, message: str) -> None:

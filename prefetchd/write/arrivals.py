@@ -48,6 +48,9 @@ class Arrivals:
         self.first_seen: dict[str, float] = {}  # when each name of ``listing`` was first seen
         self.arrived: list[str] = []  # renamed into ready/ (inotify) since ``listing`` was made
         self.watch: Watch | None = None  # renames into ready/, while the writer runs
+        # ``wait`` read the watch's queue to its end and no look has needed it since: the next
+        # ``list`` that finds nothing to take need not read it again (see ``list``)
+        self._waited = False
 
     def claimed(self, name: str) -> str:
         """Where ``name`` lies once this writer claimed it (joined as text: per object)."""
@@ -128,6 +131,7 @@ class Arrivals:
         that were are claimed next (these events are consumed here)."""
         assert self.watch is not None
         self._note(self.watch.read(timeout=timeout))
+        self._waited = True
 
     def _note(self, events: list[Event]) -> bool:
         """Keep the names inotify reported for the next claim; after an overflow (events were
@@ -145,9 +149,16 @@ class Arrivals:
         ``LISTING_MAX_AGE`` old (an event missed), after an overflow, or without a watch: a
         writer that keeps up with the downloader found the listing empty on almost every loop,
         and listing ready/ again for each arrival (both writers, each arrival) was most of a
-        writer's syscalls per small object."""
+        writer's syscalls per small object.
+
+        Nor is the watch read when ``wait`` just read it to its end (and the names it reported
+        are what this look takes): the writer's loop waits, claims those, and its next look
+        found nothing new on almost every pass — a ``read`` failing with EAGAIN, most of a
+        writer's inotify reads per small object. Whatever arrived in between wakes the next
+        ``wait`` at once."""
         now = time.monotonic()
         stale = now - self.listed_at > LISTING_MAX_AGE
+        waited, self._waited = self._waited, False
         if force or stale or (self.watch is None and not self.listing):
             if self.watch is not None:
                 # What arrived so far is in the listing: read again later, names this writer
@@ -159,15 +170,20 @@ class Arrivals:
             seen = self.first_seen
             self.first_seen = {name: seen.get(name, now) for name in self.listing}
             return
-        if self._pick(now) is None:
-            self._arrived()
         if self.arrived:
-            # Names another writer has claimed since stay in the list until it is listed again
-            # (``claim_next`` does so before it takes one of another writer's turn).
-            for name in self.arrived:
-                self.first_seen.setdefault(name, now)
-            self.listing = sorted({*self.listing, *self.arrived})
-            self.arrived.clear()
+            self._merge_arrived(now)
+            self._waited = waited  # the names wait() reported: the queue is as it left it
+        elif self._pick(now) is None and not waited and self._arrived():
+            self._merge_arrived(now)
+
+    def _merge_arrived(self, now: float) -> None:
+        """Add the names inotify reported to ``listing``. Names another writer has claimed
+        since stay in it until ready/ is listed again (``claim_next`` does so before it takes
+        one of another writer's turn)."""
+        for name in self.arrived:
+            self.first_seen.setdefault(name, now)
+        self.listing = sorted({*self.listing, *self.arrived})
+        self.arrived.clear()
 
     def _arrived(self) -> bool:
         """Whether anything was renamed into ready/ since the last look (always, unwatched)."""

@@ -89,7 +89,7 @@ class OpenObject:
     name: str
     key: str
     epoch: int
-    path: Path
+    path: str | Path  # the claimed file (the writer's own: a str, a Path costs ~15 calls)
     batches: Iterator[Frames]
     frames: Frames = EMPTY  # the current batch; frames[cursor:] are still to be written
     cursor: int = 0
@@ -143,12 +143,14 @@ class ObjectReader:
     def open(self, name: str, *, resume_at: int) -> OpenObject:
         """The claimed object ``name``, its first ``resume_at`` records already taken; not
         read yet (``start``)."""
-        path = Path(self.claimed(name))
+        path = self.claimed(name)
         meta_path = self.layout.meta_file(name)
         parsed = parse_object_name(name)
         assert parsed is not None
         try:
-            meta = json.loads(read_small(meta_path))
+            # decoded here: json.loads of bytes first guesses their encoding in Python, and
+            # a meta is the downloader's json.dumps, ASCII (UnicodeDecodeError is a ValueError)
+            meta = json.loads(read_small(meta_path).decode())
             key = meta["key"]
         except (OSError, ValueError, KeyError, TypeError):
             meta, key = {}, f"<unknown key of {name}>"
@@ -161,14 +163,14 @@ class ObjectReader:
             batches = shuffled_object_frames(
                 fmt,
                 key,
-                str(path),
+                path,
                 object_rng(self.config.epochs.seed, parsed[0], key).getrandbits(64),
                 max_records=SHUFFLE_RECORDS,
                 max_bytes=self.shuffle_bytes,
                 holding=holding,
             )
         else:
-            batches = object_frames(fmt, key, str(path))
+            batches = object_frames(fmt, key, path)
         skip = meta.get("skip")
         if isinstance(skip, list) and skip:
             # resumed on another number of hosts: these records were trained before
