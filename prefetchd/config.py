@@ -97,10 +97,18 @@ class EpochsConfig:
     weights_by_epoch: tuple[tuple[int, tuple[tuple[str, float], ...]], ...] = ()
 
 
-def default_client() -> str:
-    """``download.client`` when the config names none: crt wherever awscrt is installed (less
-    CPU per object and earlier objects, measured with python -m bench.profile.download), classic
-    elsewhere. Looked up without importing awscrt."""
+def default_client(endpoint_url: str | None = None) -> str:
+    """``download.client`` when the config names none: native for a plain-HTTP
+    ``source.endpoint_url`` where its C engine is built (the least CPU per object and the most
+    MB/s, docs/benchmarks.md), else crt wherever awscrt is installed (less CPU per object and
+    earlier objects than classic, measured with python -m bench.profile.download), classic
+    elsewhere. Looked up without importing awscrt or the engine."""
+    if (
+        endpoint_url is not None
+        and endpoint_url.lower().startswith("http:")
+        and importlib.util.find_spec("prefetchd.kernel._http") is not None
+    ):
+        return "native"
     return "crt" if importlib.util.find_spec("awscrt") is not None else "classic"
 
 
@@ -303,6 +311,9 @@ def config_from_dict(
     sharding = _resolve_sharding(data.get("sharding") or {}, trainer=trainer)
     sharding = replace(sharding, resume_from=sections["sharding"].resume_from)
     config = Config(**{**sections, "sharding": sharding}, path=path, sources=sources)
+    if "client" not in (data.get("download") or {}):
+        client = default_client(config.source.endpoint_url)
+        config = replace(config, download=replace(config.download, client=client))
     _check_cross_fields(config)
     _check_sources(config)
     output = data.get("output") or {}

@@ -47,11 +47,20 @@ def test_small_objects_hold_one_slot_each_so_many_are_in_flight() -> None:
     assert slots_for(size, object_part_size(size, 8 * MiB, 32), 32) == 1
 
 
-def test_the_default_client_is_crt_where_awscrt_is_installed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    config = config_from_dict({"source": {"url": "s3://bucket/prefix/"}})
-    assert config.download.client == "crt"
+def test_the_default_client_follows_the_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """native for a plain-HTTP store where its C engine is built (docs/benchmarks.md: the least
+    CPU per object and the most MB/s), crt for https where awscrt is installed, classic
+    elsewhere; a client the config names is kept."""
+    aws = {"url": "s3://bucket/prefix/"}
+    plain = {**aws, "endpoint_url": "http://127.0.0.1:9000"}
+    secure = {**aws, "endpoint_url": "https://rgw.example.com"}
+    assert config_from_dict({"source": aws}).download.client == "crt"
+    assert config_from_dict({"source": secure}).download.client == "crt"
+    assert config_from_dict({"source": plain}).download.client == "native"
+    named = {"source": plain, "download": {"client": "crt"}}
+    assert config_from_dict(named).download.client == "crt"
+    several = {"sources": [{"name": n, "weight": 1, **plain} for n in ("a", "b")]}
+    assert config_from_dict(several).download.client == "native"
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    config = config_from_dict({"source": {"url": "s3://bucket/prefix/"}})
-    assert config.download.client == "classic"
+    assert config_from_dict({"source": plain}).download.client == "classic"
+    assert config_from_dict({"source": aws}).download.client == "classic"
