@@ -2,8 +2,8 @@
 
     python -m bench --quick            # < 5 minutes, every dataset small: the bars, often
     python -m bench                    # the numbers in docs/benchmarks.md
-    python -m bench --datasets tfrecord16,small \\
-        --loaders ceiling-crt,baseline,prefetchd-crt,lean,floor   # issue 28's table
+    python -m bench --datasets tfrecord16,small --loaders \\
+        ceiling-crt,baseline,prefetchd-crt,prefetchd-native,lean,floor   # issue 28's table
     python -m bench --sweep            # the curves in docs/tuning.md
 
 (from the repository root, in a venv with ``.[bench]``; ``scripts/bench.sh`` sets one up.)
