@@ -102,7 +102,13 @@ def test_reboot_after_trainers_read_part_of_the_epoch_fails_loudly_never_done(
     """The records trainers read cannot be told apart from those lost without re-reading
     them, so exactly once is out of reach: the daemon says so instead of finishing short."""
     upload("tfrecord", SIZES, seed=132)
-    config = write_config(tmp_path, epochs__count=1, output__shard_size="128KiB")
+    # A RAM budget of 8 shards: the reader catches up with the writers and waits. A shard read
+    # faster than the releaser's scans is freed (noted delivered) when its trainer next waits
+    # (consume/releaser.py); with the whole epoch on the RAM disk at once, as a fast download
+    # makes it, the reader would never wait and no shard would be noted read before the kill.
+    config = write_config(
+        tmp_path, epochs__count=1, output__shard_size="128KiB", output__ram_budget="1MiB"
+    )
     first = run_daemon(config, env=boot(tmp_path, "boot-a"))
     out = tmp_path / "t.json"
     # ~40 shards at 3 s each: the epoch cannot end (nor its ledger be forgotten) before the
