@@ -1067,18 +1067,17 @@ static void start_on(Engine *e, conn *c, request *r) {
 static void dispatch(Engine *e) {
     for (;;) {
         conn *idle = NULL, *spare = NULL;
-        for (int i = 0; i < e->max_conns; i++) {
-            if (e->conns[i].state == C_IDLE) {
-                idle = &e->conns[i];
-                break;
-            }
-            if (e->conns[i].state == C_FREE && spare == NULL) spare = &e->conns[i];
+        for (int i = 0; i < e->max_conns && (idle == NULL || spare == NULL); i++) {
+            if (e->conns[i].state == C_IDLE && idle == NULL) idle = &e->conns[i];
+            else if (e->conns[i].state == C_FREE && spare == NULL) spare = &e->conns[i];
         }
-        conn *c = idle ? idle : spare;
-        if (c == NULL) return;
+        if (idle == NULL && spare == NULL) return;
         request *r = pop_queued(e);
         if (r == NULL) return;
-        start_on(e, c, r);
+        /* A request a kept-alive connection dropped unanswered goes out on a new connection
+         * where there is room for one: the next idle connection may have been dropped by the
+         * server just the same, and a second drop is a fault. */
+        start_on(e, (r->resent && spare) ? spare : (idle ? idle : spare), r);
     }
 }
 
