@@ -24,8 +24,6 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
 from prefetchd.kernel import choice
 from tests.unit.kernel.httpkit import CLOSE, HANG, Server, ok
 

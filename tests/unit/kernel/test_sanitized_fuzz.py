@@ -20,9 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 SOURCE = ROOT / "prefetchd" / "kernel" / "_native.c"
-DRIVER = Path(__file__).with_name("fuzz_kernel.py")
 HTTP_SOURCE = ROOT / "prefetchd" / "kernel" / "_http.c"  # the native GET client's engine
-HTTP_DRIVER = Path(__file__).with_name("fuzz_http.py")
 HTTP_EXAMPLES = 2000
 SANITIZE = [
     "-fsanitize=address,undefined",
@@ -68,26 +66,9 @@ def build(out: Path, source: Path = SOURCE, libs: tuple[str, ...] = ()) -> tuple
 
 def test_sanitized_c_kernel_agrees_with_the_twin_on_fuzzed_input(tmp_path: Path) -> None:
     module, libasan = build(tmp_path)
-    env = {
-        **os.environ,
-        "LD_PRELOAD": libasan,
-        "PYTHONMALLOC": "malloc",  # Python's buffers as malloc blocks, with red zones
-        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",  # CPython leaks at exit
-        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
-        "PREFETCHD_NATIVE": "0",  # the driver loads the sanitized module, not the built one
-    }
-    ran = subprocess.run(
-        [sys.executable, str(DRIVER), str(module), str(EXAMPLES)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    reports = [r for r in REPORTS if r in ran.stderr]
-    assert ran.returncode == 0 and not reports, (
-        f"exit status {ran.returncode}, sanitizer reports {reports}\n"
-        f"--- stdout\n{ran.stdout[-3000:]}\n--- stderr\n{ran.stderr[-12000:]}"
+    # the driver loads the sanitized module, not the built one
+    ran = run_driver(
+        ["-m", "tests.unit.kernel.fuzz_kernel"], module, EXAMPLES, libasan, PREFETCHD_NATIVE="0"
     )
     assert ran.stdout.count("examples agreed") == 4, ran.stdout
 
@@ -97,15 +78,26 @@ def test_sanitized_http_engine_parses_fuzzed_responses_and_serves_faults(tmp_pat
     valid and mutated, split at random, then the engine thread against a scripted server
     (splits, chunked error bodies, closes, hangs, timeouts, cancel, close) — no report."""
     module, libasan = build(tmp_path, HTTP_SOURCE, ("-lz", "-lpthread"))
+    ran = run_driver(["-m", "tests.unit.kernel.fuzz_http"], module, HTTP_EXAMPLES, libasan)
+    assert ran.stdout.count("examples agreed") == 2, ran.stdout
+
+
+def run_driver(
+    driver: list[str], module: Path, examples: int, libasan: str, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run a fuzz driver (``python -m ...`` from the repository root, so ``tests`` imports)
+    over the sanitized ``module`` and fail with its output on a non-zero exit or any
+    sanitizer report."""
     env = {
         **os.environ,
         "LD_PRELOAD": libasan,
-        "PYTHONMALLOC": "malloc",
-        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
+        "PYTHONMALLOC": "malloc",  # Python's buffers as malloc blocks, with red zones
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",  # CPython leaks at exit
         "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+        **extra_env,
     }
     ran = subprocess.run(
-        [sys.executable, str(HTTP_DRIVER), str(module), str(HTTP_EXAMPLES)],
+        [sys.executable, *driver, str(module), str(examples)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -117,4 +109,4 @@ def test_sanitized_http_engine_parses_fuzzed_responses_and_serves_faults(tmp_pat
         f"exit status {ran.returncode}, sanitizer reports {reports}\n"
         f"--- stdout\n{ran.stdout[-3000:]}\n--- stderr\n{ran.stderr[-12000:]}"
     )
-    assert ran.stdout.count("examples agreed") == 2, ran.stdout
+    return ran
