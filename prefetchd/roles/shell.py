@@ -1,13 +1,16 @@
 """The child process shell: what runs in every spawned child around its role's main loop.
 
 ``child_main`` is the spawn entry point (nothing is inherited but its arguments): it sets up
-logging, asks the kernel to stop the child with its parent, turns stop signals into the
+logging, names the process (``process_name``: what ``top`` and ``pgrep -l prefetchd`` show,
+``prefetchd-dl`` and ``prefetchd-w<i>``, where a spawned child would otherwise be one more
+``python``), asks the kernel to stop the child with its parent, turns stop signals into the
 ``ChildContext`` flag, runs the role's entry and reports how it ended, exiting with
 ``CHILD_BOOT_FAILURE`` when the role failed before it was ready.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import signal
@@ -22,6 +25,9 @@ from prefetchd.logs import redact, setup_logging
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+_COMM_MAX = 15  # the kernel keeps 15 bytes of a process's name (TASK_COMM_LEN - 1)
+_SHORT_ROLES = {"downloader": "dl", "writer": "w"}
 
 # Exit code a child uses when it cannot boot (bad bucket, credentials): the supervisor stops
 # the daemon with the child's reason instead of restarting it (gunicorn's WORKER_BOOT_ERROR).
@@ -34,7 +40,8 @@ def child_main(
     """Entry point of every child process (spawned, so nothing is inherited but arguments):
     set up logging and signals, run the role's ``entry(ctx, index)``, report how it ended."""
     setup_logging(config.log.level, name)
-    _die_with_parent()
+    _prctl(_PR_SET_NAME, ctypes.c_char_p(process_name(name).encode()))
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # loops also poll getppid
     ctx = ChildContext(name, config)
     signal.signal(signal.SIGTERM, ctx.on_stop_signal)
     # Ctrl-C and a closed terminal signal the whole process group; the supervisor drains us.
@@ -55,10 +62,15 @@ def child_main(
     ctx.report(force=True, stopped=True)
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel to SIGTERM us if the supervisor dies (Linux); loops also poll getppid."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+def process_name(child: str) -> str:
+    """The process name of child ``child`` (``downloader``, ``writer-3``): ``prefetchd-`` and
+    its role's short name and number (``prefetchd-dl``, ``prefetchd-w3``), within the 15
+    bytes the kernel keeps; threads the child starts inherit it."""
+    role, _, number = child.partition("-")
+    return f"prefetchd-{_SHORT_ROLES.get(role, role)}{number}"[:_COMM_MAX]
+
+
+def _prctl(option: int, arg: object) -> None:
+    """``prctl(option, arg)`` where the C library has it (Linux); nothing elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)

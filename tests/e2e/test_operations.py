@@ -107,6 +107,13 @@ def test_metrics_status_wait_time_and_private_files(
     wait_for(lambda: _get(config, "shards_written") >= 2, 60, "the first shards")
     status = status_file(config)
     writers = [status["children"][f"writer-{i}"]["pid"] for i in range(2)]
+    # top and `pgrep -l prefetchd` name every child by its role, not one more "python"
+    comms = {
+        child: Path(f"/proc/{report['pid']}/comm").read_text().strip()
+        for child, report in status["children"].items()
+    }
+    by_role = {"downloader": "prefetchd-dl", "writer-0": "prefetchd-w0", "writer-1": "prefetchd-w1"}
+    assert comms == by_role
 
     # A trainer in this process reads every shard; with the writers paused it runs dry and
     # must wait, and that wait is what status reports.
