@@ -411,7 +411,9 @@ static PyObject *frame_file_example(PyObject *self, PyObject *args) {
     fs = NULL;
     /* Ask for one byte more than `size`, to learn without another call whether the file grew:
      * it lands on the byte after the hole (there is one: at least the CRC follows), which is
-     * put back. */
+     * put back. Done once `size` bytes are in: a regular file's read is short only at its end,
+     * so a read that stopped there found the end (asking again was a pread of 1 byte per
+     * object that always answered 0), and one that went past it found the file grew. */
     uint8_t after = hole[size];
     size_t want = (size_t)size + 1, got = 0;
     int err = 0;
@@ -425,6 +427,7 @@ static PyObject *frame_file_example(PyObject *self, PyObject *args) {
         }
         if (r == 0) break;
         got += (size_t)r;
+        if (got >= (size_t)size) break;
     }
     if (!err && got == (size_t)size) {
         hole[size] = after;

@@ -100,7 +100,7 @@ def frame_file_example(
         raise TypeError("frame_file_example() needs one None value")
     if size < 0:
         raise ValueError("negative size")
-    data = _pread_all(fd, size + 1)
+    data = _pread_all(fd, size + 1, enough=size)
     if len(data) != size:
         return None
     # A second None stays None: encode_example rejects it, as the C kernel does.
@@ -108,8 +108,11 @@ def frame_file_example(
     return frame_examples([filled])  # type: ignore[list-item]
 
 
-def _pread_all(fd: int, n: int) -> bytes:
-    """Up to ``n`` bytes of ``fd`` from offset 0: fewer only at the end of the file."""
+def _pread_all(fd: int, n: int, *, enough: int) -> bytes:
+    """Up to ``n`` bytes of ``fd`` from offset 0: fewer only at the end of the file. Done
+    once ``enough`` are in (a regular file's read is short only at its end: a read that
+    stopped short of ``n`` there found the end), as the C kernel does: no read to probe
+    the end."""
     chunks, got = [], 0
     while got < n:
         chunk = os.pread(fd, n - got, got)
@@ -117,6 +120,8 @@ def _pread_all(fd: int, n: int) -> bytes:
             break
         chunks.append(chunk)
         got += len(chunk)
+        if got >= enough:
+            break
     return b"".join(chunks)
 
 

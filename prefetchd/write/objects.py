@@ -1,7 +1,8 @@
 """A writer's claimed raw objects: opened, read a batch of frames at a time, set aside when bad.
 
 With ``epochs.shuffle``, each open object's records come in a seeded random order: uncompressed
-TFRecord objects are shuffled whole by offsets; other objects pass through a block shuffle
+TFRecord objects are shuffled whole by offsets; a ``raw`` object, one record, needs no shuffle
+(``formats.one_record``); other objects pass through a block shuffle
 (``shuffle.py``) of ``shuffle_bytes(mix)`` each: ``SHUFFLE_BYTES`` shared by the open objects
 up to ``mix`` 8, 4 MiB each from there on.
 
@@ -42,6 +43,7 @@ from prefetchd.write.formats import (
     Format,
     check_object,
     object_frames,
+    one_record,
     read_whole_first,
     shuffled_object_frames,
 )
@@ -159,7 +161,7 @@ class ObjectReader:
             source = 0
         fmt = self.formats[source]
         holding = Holding()
-        if self.config.epochs.shuffle:
+        if self.config.epochs.shuffle and not one_record(fmt):
             batches = shuffled_object_frames(
                 fmt,
                 key,

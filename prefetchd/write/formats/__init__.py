@@ -42,6 +42,7 @@ __all__ = [
     "check_object",
     "get_format",
     "object_frames",
+    "one_record",
     "open_object",
     "read_whole_first",
     "shuffled_object",
@@ -79,6 +80,13 @@ def read_whole_first(fmt: Format, key: str, path: str) -> bool:
     writer's ``ObjectReader._validate``)."""
     method = getattr(fmt, "read_whole_first", None)
     return bool(method(key, path)) if method is not None else False
+
+
+def one_record(fmt: Format) -> bool:
+    """Whether ``fmt`` gives exactly one record per object (``raw``): its order is the same
+    under every seed, so the writer reads it as ``object_frames`` and draws no seed for it
+    (a generator seeded per object, ~3 us of a small object's ~0.3 ms)."""
+    return getattr(fmt, "one_record", False) is True
 
 
 def shuffled_object_frames(

@@ -21,6 +21,10 @@ from prefetchd.write.quarantine import RecordTooLarge
 
 
 class RawFormat:
+    # One record per object: any seed orders it the same (``formats.one_record``), so the
+    # writer draws no seed for it and passes it through no block shuffle.
+    one_record = True
+
     def __init__(self, max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> None:
         self.max_record_size = max_record_size
 

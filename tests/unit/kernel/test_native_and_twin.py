@@ -119,6 +119,35 @@ def test_frame_file_example_gives_none_unless_the_file_holds_exactly_size_bytes(
         os.close(fd)
 
 
+def read_calls(io: int) -> int:
+    """This process's read syscalls so far (``read``, ``pread64``...), from ``/proc/self/io``
+    open at ``io``: one read, counted in the next answer."""
+    for line in os.pread(io, 4096, 0).decode().splitlines():
+        if line.startswith("syscr:"):
+            return int(line.split()[1])
+    raise AssertionError("no syscr in /proc/self/io")
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="no per-task I/O accounting")
+def test_frame_file_example_reads_a_file_in_one_call(tmp_path: Path) -> None:
+    """A small raw object costs the writer one read: the call that asks for one byte more
+    than its size finds its end (a regular file's read is short only there), no second read
+    of one byte to probe it; a file that grew is still found by that byte."""
+    path = tmp_path / "object"
+    path.write_bytes(rng.randbytes(150_000))
+    sample: list[tuple[bytes, bytes | int | None]] = [(b"data", None), (b"key", b"k")]
+    fd, io = os.open(path, os.O_RDONLY), os.open("/proc/self/io", os.O_RDONLY)
+    try:
+        for impl in (native, twin):
+            before = read_calls(io)
+            assert impl.frame_file_example(sample, fd, 150_000) is not None
+            assert read_calls(io) - before == 1 + 1, impl.__name__  # and the first look's
+            assert impl.frame_file_example(sample, fd, 149_999) is None  # it grew
+    finally:
+        os.close(fd)
+        os.close(io)
+
+
 @pytest.mark.parametrize(
     "sample", [[(b"data", b"x")], [(b"a", None), (b"b", None)], [(b"a", None), (b"b", 1.5)]]
 )
