@@ -687,6 +687,7 @@ typedef struct {
     size_t sent;
     parser *p;
     int to_file;     /* the body goes to req->fd (a 2xx), else to req->error_body */
+    uint32_t events; /* what epoll watches on fd for it now (without EPOLLRDHUP) */
 } conn;
 
 typedef struct {
@@ -706,6 +707,7 @@ typedef struct {
     request *queue_head, *queue_tail;
     request *done_head, *done_tail;
     int stopping, cancelling;
+    int interrupted; /* interrupt(): the next (or current) wait() returns at once */
     char *access, *secret, *token;
     char key_date[9];
     uint8_t key[32];
@@ -753,6 +755,7 @@ static void conn_close(Engine *e, conn *c) {
         close(c->fd);
     }
     c->fd = -1;
+    c->events = 0;
     c->state = C_FREE;
     c->req = NULL;
     c->served = 0;
@@ -760,7 +763,12 @@ static void conn_close(Engine *e, conn *c) {
     memset(&c->out, 0, sizeof c->out);
 }
 
+/* Watch `events` on c's socket. Only a change is a syscall: a kept-alive connection watches
+ * EPOLLIN from one response to the next request's answer (the request is sent at once, with no
+ * EPOLLOUT, unless the socket is full), which were two epoll_ctl per object. */
 static void conn_watch(Engine *e, conn *c, uint32_t events) {
+    if (c->events == events) return;
+    c->events = events;
     struct epoll_event ev = {.events = events | EPOLLRDHUP, .data.ptr = c};
     epoll_ctl(e->epoll, EPOLL_CTL_MOD, c->fd, &ev);
 }
@@ -1031,6 +1039,7 @@ static int open_connection(Engine *e, conn *c) {
         return err;
     }
     c->fd = fd;
+    c->events = EPOLLOUT;
     c->state = C_CONNECTING;
     c->served = 0;
     c->deadline = now() + e->connect_timeout;
@@ -1365,9 +1374,10 @@ static PyObject *Engine_wait(Engine *e, PyObject *args) {
     until.tv_nsec += (long)((whole - (double)(time_t)whole) * 1e9);
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&e->lock);
-    while (e->done_head == NULL && timeout > 0) {
+    while (e->done_head == NULL && !e->interrupted && timeout > 0) {
         if (pthread_cond_timedwait(&e->ready, &e->lock, &until) == ETIMEDOUT) break;
     }
+    e->interrupted = 0;
     r = take_done(e);
     pthread_mutex_unlock(&e->lock);
     Py_END_ALLOW_THREADS
@@ -1387,6 +1397,15 @@ static PyObject *Engine_set_credentials(Engine *e, PyObject *args) {
     secret_free(&e->access), secret_free(&e->secret), secret_free(&e->token);
     e->access = a, e->secret = s, e->token = t;
     e->key_valid = 0;
+    pthread_mutex_unlock(&e->lock);
+    Py_RETURN_NONE;
+}
+
+/* Make the current (or next) wait() return at once, with what is done (maybe nothing). */
+static PyObject *Engine_interrupt(Engine *e, PyObject *unused) {
+    pthread_mutex_lock(&e->lock);
+    e->interrupted = 1;
+    pthread_cond_broadcast(&e->ready);
     pthread_mutex_unlock(&e->lock);
     Py_RETURN_NONE;
 }
@@ -1458,6 +1477,8 @@ static PyMethodDef Engine_methods[] = {
     {"wait", (PyCFunction)Engine_wait, METH_VARARGS, "Every completion ready, waiting up to timeout."},
     {"set_credentials", (PyCFunction)Engine_set_credentials, METH_VARARGS,
      "Sign later requests with these."},
+    {"interrupt", (PyCFunction)Engine_interrupt, METH_NOARGS,
+     "Make the current or next wait() return at once."},
     {"cancel_all", (PyCFunction)Engine_cancel_all, METH_NOARGS,
      "Complete every queued and in-flight request with ECANCELED."},
     {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop and join the engine thread."},
