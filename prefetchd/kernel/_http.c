@@ -714,6 +714,7 @@ typedef struct {
     int key_valid;
     /* counters (under lock): for tests and stats() */
     long long connects, requests, resends;
+    long long epoll_calls; /* epoll_ctl calls (engine thread; read atomically by stats()) */
 } Engine;
 
 static double now(void) {
@@ -752,6 +753,7 @@ static void complete(Engine *e, request *r, int err) {
 static void conn_close(Engine *e, conn *c) {
     if (c->fd >= 0) {
         epoll_ctl(e->epoll, EPOLL_CTL_DEL, c->fd, NULL);
+        __atomic_fetch_add(&e->epoll_calls, 1, __ATOMIC_RELAXED);
         close(c->fd);
     }
     c->fd = -1;
@@ -771,6 +773,7 @@ static void conn_watch(Engine *e, conn *c, uint32_t events) {
     c->events = events;
     struct epoll_event ev = {.events = events | EPOLLRDHUP, .data.ptr = c};
     epoll_ctl(e->epoll, EPOLL_CTL_MOD, c->fd, &ev);
+    __atomic_fetch_add(&e->epoll_calls, 1, __ATOMIC_RELAXED);
 }
 
 /* The x-amz-date of now ("20260101T000000Z"). */
@@ -1033,6 +1036,7 @@ static int open_connection(Engine *e, conn *c) {
         return err;
     }
     struct epoll_event ev = {.events = EPOLLOUT | EPOLLRDHUP, .data.ptr = c};
+    __atomic_fetch_add(&e->epoll_calls, 1, __ATOMIC_RELAXED);
     if (epoll_ctl(e->epoll, EPOLL_CTL_ADD, fd, &ev) < 0) {
         int err = errno;
         close(fd);
@@ -1442,8 +1446,9 @@ static PyObject *Engine_stats(Engine *e, PyObject *unused) {
     pthread_mutex_lock(&e->lock);
     long long connects = e->connects, requests = e->requests, resends = e->resends;
     pthread_mutex_unlock(&e->lock);
-    return Py_BuildValue("{sLsLsL}", "connects", connects, "requests", requests, "resends",
-                         resends);
+    long long epoll_calls = __atomic_load_n(&e->epoll_calls, __ATOMIC_RELAXED);
+    return Py_BuildValue("{sLsLsLsL}", "connects", connects, "requests", requests, "resends",
+                         resends, "epoll_calls", epoll_calls);
 }
 
 static void Engine_dealloc(Engine *e) {
@@ -1482,7 +1487,8 @@ static PyMethodDef Engine_methods[] = {
     {"cancel_all", (PyCFunction)Engine_cancel_all, METH_NOARGS,
      "Complete every queued and in-flight request with ECANCELED."},
     {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop and join the engine thread."},
-    {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "Connections opened, requests, resends."},
+    {"stats", (PyCFunction)Engine_stats, METH_NOARGS,
+     "Connections opened, requests, resends, epoll_ctl calls."},
     {NULL, NULL, 0, NULL},
 };
 
