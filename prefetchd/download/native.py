@@ -333,38 +333,31 @@ class NativeTransfer:
         a retry is due sooner), send the retries now due, push renewed credentials."""
         if self._due:
             timeout = max(0.0, min(timeout, self._due[0][0] - time.monotonic()))
-        for tag, status, err, written, headers, crc, body in self._engine.wait(timeout):
+        for done in self._engine.wait(timeout):
             try:
-                self._completed(tag, status, err, written, headers, crc, body)
+                self._completed(done)
             except Exception as exc:  # never lose a part: it is settled with the error
-                log.exception("finishing a GET of %s failed", tag.job.obj.key)
-                if not tag.settled:
-                    with tag.job.lock:
-                        tag.job.error = tag.job.error or exc
-                    self._settle_part(tag)
+                part: _Part = done.tag
+                log.exception("finishing a GET of %s failed", part.job.obj.key)
+                if not part.settled:
+                    with part.job.lock:
+                        part.job.error = part.job.error or exc
+                    self._settle_part(part)
         if self._due:
             self._resend_due()
         if self._pushed is None or isinstance(self._credentials, RefreshableCredentials):
             self._push_credentials()
 
-    def _completed(
-        self,
-        part: _Part,
-        status: int,
-        err: int,
-        written: int,
-        headers: dict[str, str],
-        crc: tuple[str, bytes] | None,
-        body: bytes | None,
-    ) -> None:
+    def _completed(self, done: _http.Completion) -> None:
+        part: _Part = done.tag
         job = part.job
-        error = self._error_of(part, status, err, written, headers, body)
-        if err != errno.ECANCELED:
+        error = self._error_of(part, done)
+        if done.err != errno.ECANCELED:
             report_outcome(self._signals, error)
         if error is None:
             if not part.ranged:
-                job.answered = response_checksum(headers, job.obj.etag)
-                job.received = crc
+                job.answered = response_checksum(done.headers, job.obj.etag)
+                job.received = done.crc
             self._settle_part(part)
             return
         if self._retryable(error) and part.attempts < self._retries and not self._closing:
@@ -396,16 +389,10 @@ class NativeTransfer:
                 return
             self._send(part)
 
-    def _error_of(
-        self,
-        part: _Part,
-        status: int,
-        err: int,
-        written: int,
-        headers: dict[str, str],
-        body: bytes | None,
-    ) -> BaseException | None:
+    @staticmethod
+    def _error_of(part: _Part, done: _http.Completion) -> BaseException | None:
         """What one attempt's completion means: None when its bytes all arrived."""
+        status, err, written = done.status, done.err, done.written
         if err == 0 and 200 <= status < 300:
             if written != part.length:
                 return IntegrityError(
@@ -413,9 +400,9 @@ class NativeTransfer:
                 )
             return None
         if err == 0:
-            return client_error(status, body)
+            return client_error(status, done.body)
         if err == errno.EMSGSIZE and status:
-            return _size_error(part, headers)
+            return _size_error(part, done.headers)
         if err in _NETWORK:
             return StoreConnectionError(err, _NETWORK[err])
         return OSError(err, os.strerror(err))  # this side: a full disk, a cancel

@@ -702,6 +702,7 @@ typedef struct {
     char *region;
     conn *conns;
     char *buffer; /* RECV_BUFFER bytes, the engine thread's */
+    int unannounced; /* completions queued and wait() not woken for them (engine thread's) */
     pthread_mutex_t lock; /* guards everything below */
     pthread_cond_t ready;
     request *queue_head, *queue_tail;
@@ -738,7 +739,8 @@ static void wake_engine(Engine *e) {
     (void)done; /* a full eventfd counter still wakes the loop */
 }
 
-/* Queue `r` as done (engine thread, or close() after the thread ended). */
+/* Queue `r` as done (engine thread, or close() after the thread ended); announce() wakes
+ * wait() for it. */
 static void complete(Engine *e, request *r, int err) {
     if (err && !r->err) r->err = err;
     r->next = NULL;
@@ -746,6 +748,16 @@ static void complete(Engine *e, request *r, int err) {
     if (e->done_tail) e->done_tail->next = r;
     else e->done_head = r;
     e->done_tail = r;
+    pthread_mutex_unlock(&e->lock);
+    e->unannounced = 1;
+}
+
+/* Wake wait() for what complete() queued since the last call: once per round of the engine's
+ * loop, not once per request (a wake is a futex call on each side when Python waits). */
+static void announce(Engine *e) {
+    if (!e->unannounced) return;
+    e->unannounced = 0;
+    pthread_mutex_lock(&e->lock);
     pthread_cond_broadcast(&e->ready);
     pthread_mutex_unlock(&e->lock);
 }
@@ -1145,6 +1157,7 @@ static void *engine_main(void *arg) {
         if (stopping) break;
         if (cancelling) cancel_everything(e);
         dispatch(e);
+        announce(e); /* the last round's completions (and dispatch's), before sleeping */
         int n = epoll_wait(e->epoll, events, 64, wait_ms(e, now()));
         for (int i = 0; i < n; i++) {
             conn *c = events[i].data.ptr;
@@ -1164,6 +1177,7 @@ static void *engine_main(void *arg) {
         }
         expire(e, now());
     }
+    announce(e);
     return NULL;
 }
 
@@ -1306,6 +1320,25 @@ static PyObject *Engine_submit(Engine *e, PyObject *args, PyObject *kw) {
     Py_RETURN_NONE;
 }
 
+/* A finished request, as wait() hands it over: a tuple whose fields have names. */
+static PyStructSequence_Field COMPLETION_FIELDS[] = {
+    {"tag", "what submit() was given as tag"},
+    {"status", "the HTTP status, or 0 when no answer came"},
+    {"err", "an errno, or 0"},
+    {"written", "bytes of the body written to the file"},
+    {"headers", "the kept response headers, by lower-case name"},
+    {"crc", "(algorithm, digest) of a 2xx body, or None"},
+    {"body", "a non-2xx answer's body (at most MAX_ERROR_BODY bytes), or None"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc COMPLETION_DESC = {
+    "prefetchd.kernel._http.Completion",
+    "A finished request: (tag, status, err, written, headers, crc, body).",
+    COMPLETION_FIELDS,
+    7,
+};
+static PyTypeObject *CompletionType;
+
 static PyObject *completion(request *r) {
     PyObject *headers = PyDict_New();
     if (headers == NULL) return NULL;
@@ -1331,13 +1364,23 @@ static PyObject *completion(request *r) {
     PyObject *body = r->error_body
                          ? PyBytes_FromStringAndSize(r->error_body, (Py_ssize_t)r->error_len)
                          : Py_NewRef(Py_None);
+    PyObject *status = PyLong_FromLong(r->status), *err = PyLong_FromLong(r->err);
+    PyObject *written = PyLong_FromLongLong((long long)r->written);
     PyObject *out = NULL;
-    if (crc && body)
-        out = Py_BuildValue("(OiiLOOO)", r->tag, r->status, r->err, (long long)r->written,
-                            headers, crc, body);
-    Py_XDECREF(crc);
-    Py_XDECREF(body);
-    Py_DECREF(headers);
+    if (crc && body && status && err && written) out = PyStructSequence_New(CompletionType);
+    if (out == NULL) {
+        Py_XDECREF(crc), Py_XDECREF(body), Py_XDECREF(status), Py_XDECREF(err);
+        Py_XDECREF(written), Py_DECREF(headers);
+        return NULL;
+    }
+    /* SET_ITEM steals each reference */
+    PyStructSequence_SET_ITEM(out, 0, Py_NewRef(r->tag));
+    PyStructSequence_SET_ITEM(out, 1, status);
+    PyStructSequence_SET_ITEM(out, 2, err);
+    PyStructSequence_SET_ITEM(out, 3, written);
+    PyStructSequence_SET_ITEM(out, 4, headers);
+    PyStructSequence_SET_ITEM(out, 5, crc);
+    PyStructSequence_SET_ITEM(out, 6, body);
     return out;
 }
 
@@ -1434,6 +1477,7 @@ static void engine_stop(Engine *e) {
     Py_END_ALLOW_THREADS
     e->closed = 1;
     cancel_everything(e); /* what was left becomes ECANCELED completions */
+    announce(e);
     for (int i = 0; i < e->max_conns; i++) conn_close(e, &e->conns[i]);
 }
 
@@ -1669,6 +1713,12 @@ PyMODINIT_FUNC PyInit__http(void) {
     Py_INCREF(&EngineType);
     if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
         Py_DECREF(&EngineType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    CompletionType = PyStructSequence_NewType(&COMPLETION_DESC);
+    if (CompletionType == NULL || PyModule_AddObject(m, "Completion", Py_NewRef(CompletionType)) < 0) {
+        Py_XDECREF(CompletionType);
         Py_DECREF(m);
         return NULL;
     }
