@@ -18,7 +18,6 @@ it, is fetched again under the same name and counted in ``objects_refetched``, a
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import queue
@@ -110,9 +109,6 @@ class Downloader:
                 self.config, self._transfer_done, self.signals, on_caller=True
             )
             self.retries.refresh_credentials = self.transfer.refresh_credentials
-            # What start-up made (modules, the listing, the plan) lives to the end: out of the
-            # cyclic collector's way, its full collections do not walk it again and again.
-            gc.freeze()
             self.ctx.settled()
             try:
                 self._loop()
