@@ -120,9 +120,11 @@ class _Part:
 
 
 class NativeTransfer:
-    """GETs on one ``_http.Engine``. Owns the engine, its ``native-wait`` thread (completions,
-    retries, credentials), the finisher threads and the slots. ``done(job)`` is called once
-    per job, from a thread of this transfer, with ``job.error`` set if it was not fetched."""
+    """GETs on one ``_http.Engine``. Owns the engine, the settling of its completions (retries,
+    credentials too: on the caller's thread made ``on_caller``, else on a ``native-wait``
+    thread of its own), the finisher threads and the slots. ``done(job)`` is called once per
+    job, where completions are settled or on a finisher thread, with ``job.error`` set if it
+    was not fetched."""
 
     def __init__(
         self,
@@ -173,7 +175,7 @@ class NativeTransfer:
         self._idle = threading.Condition(self._lock)
         self._parts = 0  # parts submitted and not settled (under _lock)
         self._closing = False
-        self._due: list[tuple[float, int, _Part]] = []  # retries by time (native-wait only)
+        self._due: list[tuple[float, int, _Part]] = []  # retries by time (the settling thread's)
         self._order = itertools.count()
         self._on_caller = on_caller
         self._stopped = False  # shut down: poll() has nothing more to settle

@@ -34,6 +34,7 @@ from testkit import s3server
 
 pytest.importorskip("prefetchd.kernel._http")
 
+from prefetchd.download import native
 from prefetchd.download.native import NativeTransfer
 
 BUCKET = "prefetchd-native-cost"
@@ -267,3 +268,18 @@ def test_the_downloader_s_thread_does_each_small_object_s_whole_work(
     # Per connection: added, watched for its answer, removed (moto closes each after one
     # answer; the engine's own test counts a kept-alive one's: test_http_engine.py).
     assert stats["epoll_calls"] <= 3 * stats["connects"], stats
+
+
+def test_an_object_finished_on_a_finisher_thread_reaches_an_on_caller_transfer(
+    endpoint: str, stored: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object that needs more than a CRC comparison (here: every one, ``INLINE_MAX`` 0) is
+    finished on a finisher thread, and the caller waiting in ``poll`` gets each (the finisher
+    ends its wait) — none is lost or handed over twice."""
+    monkeypatch.setattr(native, "INLINE_MAX", 0)
+    objs = [listed(key, body) for key, body in stored.items()]
+    jobs, threads, _ = fetch_on_caller(make_config(tmp_path, endpoint), objs, tmp_path, Calls())
+    for job, body in zip(jobs, stored.values(), strict=True):
+        assert job.error is None
+        assert job.tmp.read_bytes() == body
+    assert threading.get_ident() not in threads  # each finished on a finisher thread
