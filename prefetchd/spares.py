@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from prefetchd.atomic import create_exclusive, write_all
+from prefetchd.atomic import write_all
 from prefetchd.layout import is_spare, spare_name
 
 # Per writer: the pool's inodes, all empty. A writer frees the objects of a shard together when
@@ -57,6 +57,7 @@ MAX_SPARES = 8192
 RELIST_AFTER = 0.05  # seconds between two listings of .tmp for spares, when none is left
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
+_CREATE = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC  # as atomic.create_exclusive
 
 
 def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
@@ -202,10 +203,11 @@ class Spares:
     def create(self, path: str | Path, *, readable: bool = False) -> int:
         """``atomic.create_exclusive``, from a spare where there is one: a new empty private
         file at ``path``, open for writing (and reading); ``FileExistsError`` if it exists."""
-        if self.take(str(path)):
-            access = os.O_RDWR if readable else os.O_WRONLY
-            return os.open(path, access | os.O_NOFOLLOW | os.O_CLOEXEC)
-        return create_exclusive(Path(path), readable=readable)
+        name = str(path)  # once: each pathlib conversion is a few Python calls, per object
+        access = os.O_RDWR if readable else os.O_WRONLY
+        if self.take(name):
+            return os.open(name, access | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return os.open(name, access | _CREATE, 0o600)  # create_exclusive's, with no Path()
 
     def write_new(self, path: str | Path, data: bytes) -> bool:
         """``atomic.write_new``, from a spare where there is one: ``path`` created holding

@@ -98,6 +98,10 @@ class ClassicTransfer:
             timeout = 0
         return job.all_submitted
 
+    def poll(self, timeout: float) -> bool:
+        """Nothing to settle here: this client's threads do (``Transfer.poll``)."""
+        return False
+
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 

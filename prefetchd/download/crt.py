@@ -223,6 +223,10 @@ class CrtTransfer:
         self._start(_Fetch(job, slots, part))
         return True
 
+    def poll(self, timeout: float) -> bool:
+        """Nothing to settle here: this client's threads do (``Transfer.poll``)."""
+        return False
+
     def refresh_credentials(self) -> None:
         """Sign later requests with the credential chain resolved again (files re-read)."""
         forget_credentials()

@@ -105,7 +105,9 @@ class Downloader:
         ):
             self.admission.watch(deletions, vanished)
             self._recover()
-            self.transfer = make_transfer(self.config, self._transfer_done, self.signals)
+            self.transfer = make_transfer(
+                self.config, self._transfer_done, self.signals, on_caller=True
+            )
             self.retries.refresh_credentials = self.transfer.refresh_credentials
             self.ctx.settled()
             try:
@@ -193,12 +195,20 @@ class Downloader:
             self._report()
 
     def _wait(self, timeout: float) -> None:
-        try:
-            job = self.publisher.results.get(timeout=timeout)
-        except queue.Empty:
-            self.admission.apply_deletions(timeout=0)
+        """Wait up to ``timeout`` seconds for a job to settle, and handle what did; if none,
+        apply the writers' deletions."""
+        if self.transfer.poll(timeout):  # settled on this thread, into results
+            handled = self._drain_queue()
         else:
-            self._handle(job)
+            try:
+                job = self.publisher.results.get(timeout=timeout)
+            except queue.Empty:
+                handled = False
+            else:
+                self._handle(job)
+                handled = True
+        if not handled:
+            self.admission.apply_deletions(timeout=0)
         self._report()
 
     def _report(self) -> None:
@@ -233,13 +243,21 @@ class Downloader:
         counters["store_outages"] = signals.health.outages
 
     def _drain_results(self) -> None:
+        """Handle every job settled so far (settling first what the transfer settles here)."""
+        self.transfer.poll(0)
+        self._drain_queue()
+
+    def _drain_queue(self) -> bool:
+        """Handle every job in ``results``; whether there was one."""
         results = self.publisher.results
+        handled = False
         while True:
             try:
                 job = results.get_nowait()
             except queue.Empty:
-                return
+                return handled
             self._handle(job)
+            handled = True
 
     def _handle(self, job: Job) -> None:
         """A job the transfer settled: publish it, or clean up and fetch it again or skip it."""

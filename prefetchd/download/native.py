@@ -5,10 +5,13 @@
 https endpoint is a ``ConfigError`` naming the key — use crt for https). It signs each GET
 (SigV4, in C), writes the body with ``pwrite`` into the ``.part`` file ``prepare()`` created,
 at the part's offset, and takes the body's CRC32 or CRC32C (whichever the response's
-``x-amz-checksum-*`` header names) as it arrives. Python submits one request per part and one
-thread of this transfer (``native-wait``) takes the finished ones in batches: one wake, and
-one GIL hand-over, for many objects (issue 28: awscrt cost the daemon ~0.25 ms of Python per
-small object, most of it per-request setup and a GIL hand-over per callback).
+``x-amz-checksum-*`` header names) as it arrives. Python submits one request per part and
+takes the finished ones in batches (issue 28: awscrt cost the daemon ~0.25 ms of Python per
+small object, most of it per-request setup and a GIL hand-over per callback): made
+``on_caller`` (the downloader's), on the thread that submits, in ``poll`` and while
+``submit_parts`` waits for a slot, so one Python thread does an object's whole work and the
+GIL is never handed between two busy threads (a thread of its own for completions cost ~9
+futex calls per object, ``strace``); else on a thread of this transfer (``native-wait``).
 
 - An object that fits in one part (``parts.object_part_size``) is one plain GET with
   ``x-amz-checksum-mode: ENABLED``; a FULL_OBJECT CRC it is answered with is compared with the
@@ -25,9 +28,10 @@ small object, most of it per-request setup and a GIL hand-over per callback).
   the S3 XML Code; ``StoreConnectionError`` for no answer).
 - A size other than the listed one is refused by the engine before a byte is written, and
   becomes ``SizeChanged`` (the downloader admits the real size and fetches again).
-- Finishing (``verify.settle`` and ``done``) runs on the ``native-wait`` thread for an object
+- Finishing (``verify.settle`` and ``done``) runs where completions are taken for an object
   verified without a request and at most ``INLINE_MAX`` bytes; anything else (a HEAD, hashing
-  a large file) on ``FINISHERS`` threads, so that it does not hold up the other completions.
+  a large file) on ``FINISHERS`` threads, so that it does not hold up the other completions
+  (made ``on_caller``, a finisher then ends the caller's wait: ``Engine.interrupt``).
 - Credentials: botocore's chain (``store.session``), as for crt; refreshable ones are read
   again every ``CREDENTIALS_EVERY`` seconds and pushed to the engine when they changed (botocore
   renews them before they expire). Never logged.
@@ -116,11 +120,20 @@ class _Part:
 
 
 class NativeTransfer:
-    """GETs on one ``_http.Engine``. Owns the engine, its ``native-wait`` thread (completions,
-    retries, credentials), the finisher threads and the slots. ``done(job)`` is called once
-    per job, from a thread of this transfer, with ``job.error`` set if it was not fetched."""
+    """GETs on one ``_http.Engine``. Owns the engine, the settling of its completions (retries,
+    credentials too: on the caller's thread made ``on_caller``, else on a ``native-wait``
+    thread of its own), the finisher threads and the slots. ``done(job)`` is called once per
+    job, where completions are settled or on a finisher thread, with ``job.error`` set if it
+    was not fetched."""
 
-    def __init__(self, config: Config, done: Done, signals: Signals | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        done: Done,
+        signals: Signals | None = None,
+        *,
+        on_caller: bool = False,
+    ) -> None:
         src, dl = config.source, config.download
         self._config = config
         self._signals = signals or Signals.of(config)
@@ -162,10 +175,14 @@ class NativeTransfer:
         self._idle = threading.Condition(self._lock)
         self._parts = 0  # parts submitted and not settled (under _lock)
         self._closing = False
-        self._due: list[tuple[float, int, _Part]] = []  # retries by time (native-wait only)
+        self._due: list[tuple[float, int, _Part]] = []  # retries by time (the settling thread's)
         self._order = itertools.count()
-        self._thread = threading.Thread(target=self._wait_loop, name="native-wait", daemon=True)
-        self._thread.start()
+        self._on_caller = on_caller
+        self._stopped = False  # shut down: poll() has nothing more to settle
+        self._thread: threading.Thread | None = None
+        if not on_caller:
+            self._thread = threading.Thread(target=self._wait_loop, name="native-wait", daemon=True)
+            self._thread.start()
 
     # --- main thread --------------------------------------------------------------------------
 
@@ -191,7 +208,7 @@ class NativeTransfer:
         count = max(1, len(job.ranges))
         while job.next_part < count:
             if id(job) not in self._held:
-                if not self._slots.acquire(timeout=timeout):
+                if not self._acquire(timeout):
                     return False
                 self._held.add(id(job))
                 timeout = 0
@@ -204,6 +221,16 @@ class NativeTransfer:
                 self._parts += 1
             self._send(part)
             timeout = 0
+        return True
+
+    def poll(self, timeout: float) -> bool:
+        """Made ``on_caller``: settle the requests that finished, on this thread (``done`` is
+        called here), waiting up to ``timeout`` seconds for one to; True. Else False at once:
+        the ``native-wait`` thread settles them."""
+        if not self._on_caller:
+            return False
+        if not self._stopped:
+            self._round(timeout)
         return True
 
     def refresh_credentials(self) -> None:
@@ -220,12 +247,46 @@ class NativeTransfer:
         with self._lock:
             self._closing = True
         self._engine.cancel_all()
-        with self._idle:
-            if not self._idle.wait_for(lambda: self._parts == 0, timeout=SHUTDOWN_WAIT):
-                log.warning("%d requests still running after %.0fs", self._parts, SHUTDOWN_WAIT)
-        self._thread.join(timeout=SHUTDOWN_WAIT)
+        if self._thread is None:  # on_caller: the cancelled requests are settled here
+            self._settle_all()
+        else:
+            with self._idle:
+                if not self._idle.wait_for(lambda: self._parts == 0, timeout=SHUTDOWN_WAIT):
+                    log.warning("%d requests still running after %.0fs", self._parts, SHUTDOWN_WAIT)
+            self._thread.join(timeout=SHUTDOWN_WAIT)
+        self._stopped = True
         self._engine.close()
         self._finisher.shutdown()
+
+    def _settle_all(self) -> None:
+        """Settle on this thread until no part is left (``SHUTDOWN_WAIT`` at most)."""
+        deadline = time.monotonic() + SHUTDOWN_WAIT
+        while True:
+            with self._lock:
+                left = self._parts
+            remaining = deadline - time.monotonic()
+            if not left:
+                return
+            if remaining <= 0:
+                log.warning("%d requests still running after %.0fs", left, SHUTDOWN_WAIT)
+                return
+            self._round(min(WAIT, remaining))
+
+    def _acquire(self, timeout: float) -> bool:
+        """A request slot, waiting up to ``timeout`` seconds; made ``on_caller``, the wait
+        settles what finishes meanwhile (which is what frees slots)."""
+        if not self._on_caller:
+            return self._slots.acquire(timeout=timeout)
+        deadline = 0.0
+        while not self._slots.acquire(timeout=0):
+            if timeout <= 0:
+                return False
+            now = time.monotonic()
+            deadline = deadline or now + timeout
+            if now >= deadline:
+                return False
+            self._round(deadline - now)
+        return True
 
     def _part(self, job: Job, index: int) -> _Part:
         if not job.ranges:
@@ -243,7 +304,7 @@ class NativeTransfer:
         if self._credentials is None:  # what botocore raises per request in the classic client
             with job.lock:
                 job.error = job.error or botocore.exceptions.NoCredentialsError()
-            self._finisher.submit(self._settle_part, part)
+            self._finisher.submit(self._settle_elsewhere, part)
             return
         endpoint = self._endpoints.get(job.bucket, self._endpoint) if job.bucket else self._endpoint
         end = part.start + part.length - 1
@@ -264,44 +325,41 @@ class NativeTransfer:
 
     def _wait_loop(self) -> None:
         while True:
-            for tag, status, err, written, headers, crc, body in self._engine.wait(self._sleep()):
-                try:
-                    self._completed(tag, status, err, written, headers, crc, body)
-                except Exception as exc:  # never lose a part: it is settled with the error
-                    log.exception("finishing a GET of %s failed", tag.job.obj.key)
-                    if not tag.settled:
-                        with tag.job.lock:
-                            tag.job.error = tag.job.error or exc
-                        self._settle_part(tag)
-            self._resend_due()
-            self._push_credentials()
+            self._round(WAIT)
             with self._lock:
                 if self._closing and self._parts == 0:
                     return
 
-    def _sleep(self) -> float:
-        if not self._due:
-            return WAIT
-        return max(0.0, min(WAIT, self._due[0][0] - time.monotonic()))
+    def _round(self, timeout: float) -> None:
+        """Settle every completion the engine has (waiting up to ``timeout`` seconds, less if
+        a retry is due sooner), send the retries now due, push renewed credentials."""
+        if self._due:
+            timeout = max(0.0, min(timeout, self._due[0][0] - time.monotonic()))
+        for done in self._engine.wait(timeout):
+            try:
+                self._completed(done)
+            except Exception as exc:  # never lose a part: it is settled with the error
+                part: _Part = done.tag
+                log.exception("finishing a GET of %s failed", part.job.obj.key)
+                if not part.settled:
+                    with part.job.lock:
+                        part.job.error = part.job.error or exc
+                    self._settle_part(part)
+        if self._due:
+            self._resend_due()
+        if self._pushed is None or isinstance(self._credentials, RefreshableCredentials):
+            self._push_credentials()
 
-    def _completed(
-        self,
-        part: _Part,
-        status: int,
-        err: int,
-        written: int,
-        headers: dict[str, str],
-        crc: tuple[str, bytes] | None,
-        body: bytes | None,
-    ) -> None:
+    def _completed(self, done: _http.Completion) -> None:
+        part: _Part = done.tag
         job = part.job
-        error = self._error_of(part, status, err, written, headers, body)
-        if err != errno.ECANCELED:
+        error = self._error_of(part, done)
+        if done.err != errno.ECANCELED:
             report_outcome(self._signals, error)
         if error is None:
             if not part.ranged:
-                job.answered = response_checksum(headers, job.obj.etag)
-                job.received = crc
+                job.answered = response_checksum(done.headers, job.obj.etag)
+                job.received = done.crc
             self._settle_part(part)
             return
         if self._retryable(error) and part.attempts < self._retries and not self._closing:
@@ -333,16 +391,10 @@ class NativeTransfer:
                 return
             self._send(part)
 
-    def _error_of(
-        self,
-        part: _Part,
-        status: int,
-        err: int,
-        written: int,
-        headers: dict[str, str],
-        body: bytes | None,
-    ) -> BaseException | None:
+    @staticmethod
+    def _error_of(part: _Part, done: _http.Completion) -> BaseException | None:
         """What one attempt's completion means: None when its bytes all arrived."""
+        status, err, written = done.status, done.err, done.written
         if err == 0 and 200 <= status < 300:
             if written != part.length:
                 return IntegrityError(
@@ -350,9 +402,9 @@ class NativeTransfer:
                 )
             return None
         if err == 0:
-            return client_error(status, body)
+            return client_error(status, done.body)
         if err == errno.EMSGSIZE and status:
-            return _size_error(part, headers)
+            return _size_error(part, done.headers)
         if err in _NETWORK:
             return StoreConnectionError(err, _NETWORK[err])
         return OSError(err, os.strerror(err))  # this side: a full disk, a cancel
@@ -382,9 +434,29 @@ class NativeTransfer:
             self._finish(part)
             return
         try:
-            self._finisher.submit(self._finish, part)
+            self._finisher.submit(self._finish_elsewhere, part)
         except RuntimeError:  # shut down after waiting too long for this request
             self._finish(part)
+
+    def _finish_elsewhere(self, part: _Part) -> None:
+        """``_finish`` on a finisher thread, then ``_wake``."""
+        try:
+            self._finish(part)
+        finally:
+            self._wake()
+
+    def _settle_elsewhere(self, part: _Part) -> None:
+        """``_settle_part`` on a finisher thread, then ``_wake``."""
+        try:
+            self._settle_part(part)
+        finally:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Made ``on_caller``: end the caller's wait in the engine, so that it takes the job a
+        finisher settled (and its free slot) now, not at the wait's timeout."""
+        if self._on_caller and not self._stopped:
+            self._engine.interrupt()
 
     def _finish(self, last: _Part) -> None:
         """Verify the object of ``last`` (its job's last part), hand it over, then free the

@@ -44,13 +44,15 @@ class Slots:
         none was."""
         if not self._open():
             self._collect()
-        if not self._open() and timeout > 0:
-            try:
-                self._free += self._returned.get(timeout=timeout)
-            except queue.Empty:
-                return False
-        if not self._open():
-            return False
+            if not self._open():
+                if timeout <= 0:
+                    return False
+                try:
+                    self._free += self._returned.get(timeout=timeout)
+                except queue.Empty:
+                    return False
+                if not self._open():
+                    return False
         self._free -= 1
         return True
 

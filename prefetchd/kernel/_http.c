@@ -687,6 +687,7 @@ typedef struct {
     size_t sent;
     parser *p;
     int to_file;     /* the body goes to req->fd (a 2xx), else to req->error_body */
+    uint32_t events; /* what epoll watches on fd for it now (without EPOLLRDHUP) */
 } conn;
 
 typedef struct {
@@ -701,17 +702,20 @@ typedef struct {
     char *region;
     conn *conns;
     char *buffer; /* RECV_BUFFER bytes, the engine thread's */
+    int unannounced; /* completions queued and wait() not woken for them (engine thread's) */
     pthread_mutex_t lock; /* guards everything below */
     pthread_cond_t ready;
     request *queue_head, *queue_tail;
     request *done_head, *done_tail;
     int stopping, cancelling;
+    int interrupted; /* interrupt(): the next (or current) wait() returns at once */
     char *access, *secret, *token;
     char key_date[9];
     uint8_t key[32];
     int key_valid;
     /* counters (under lock): for tests and stats() */
     long long connects, requests, resends;
+    long long epoll_calls; /* epoll_ctl calls (engine thread; read atomically by stats()) */
 } Engine;
 
 static double now(void) {
@@ -735,7 +739,8 @@ static void wake_engine(Engine *e) {
     (void)done; /* a full eventfd counter still wakes the loop */
 }
 
-/* Queue `r` as done (engine thread, or close() after the thread ended). */
+/* Queue `r` as done (engine thread, or close() after the thread ended); announce() wakes
+ * wait() for it. */
 static void complete(Engine *e, request *r, int err) {
     if (err && !r->err) r->err = err;
     r->next = NULL;
@@ -743,6 +748,16 @@ static void complete(Engine *e, request *r, int err) {
     if (e->done_tail) e->done_tail->next = r;
     else e->done_head = r;
     e->done_tail = r;
+    pthread_mutex_unlock(&e->lock);
+    e->unannounced = 1;
+}
+
+/* Wake wait() for what complete() queued since the last call: once per round of the engine's
+ * loop, not once per request (a wake is a futex call on each side when Python waits). */
+static void announce(Engine *e) {
+    if (!e->unannounced) return;
+    e->unannounced = 0;
+    pthread_mutex_lock(&e->lock);
     pthread_cond_broadcast(&e->ready);
     pthread_mutex_unlock(&e->lock);
 }
@@ -750,9 +765,11 @@ static void complete(Engine *e, request *r, int err) {
 static void conn_close(Engine *e, conn *c) {
     if (c->fd >= 0) {
         epoll_ctl(e->epoll, EPOLL_CTL_DEL, c->fd, NULL);
+        __atomic_fetch_add(&e->epoll_calls, 1, __ATOMIC_RELAXED);
         close(c->fd);
     }
     c->fd = -1;
+    c->events = 0;
     c->state = C_FREE;
     c->req = NULL;
     c->served = 0;
@@ -760,9 +777,15 @@ static void conn_close(Engine *e, conn *c) {
     memset(&c->out, 0, sizeof c->out);
 }
 
+/* Watch `events` on c's socket. Only a change is a syscall: a kept-alive connection watches
+ * EPOLLIN from one response to the next request's answer (the request is sent at once, with no
+ * EPOLLOUT, unless the socket is full), which were two epoll_ctl per object. */
 static void conn_watch(Engine *e, conn *c, uint32_t events) {
+    if (c->events == events) return;
+    c->events = events;
     struct epoll_event ev = {.events = events | EPOLLRDHUP, .data.ptr = c};
     epoll_ctl(e->epoll, EPOLL_CTL_MOD, c->fd, &ev);
+    __atomic_fetch_add(&e->epoll_calls, 1, __ATOMIC_RELAXED);
 }
 
 /* The x-amz-date of now ("20260101T000000Z"). */
@@ -1025,12 +1048,14 @@ static int open_connection(Engine *e, conn *c) {
         return err;
     }
     struct epoll_event ev = {.events = EPOLLOUT | EPOLLRDHUP, .data.ptr = c};
+    __atomic_fetch_add(&e->epoll_calls, 1, __ATOMIC_RELAXED);
     if (epoll_ctl(e->epoll, EPOLL_CTL_ADD, fd, &ev) < 0) {
         int err = errno;
         close(fd);
         return err;
     }
     c->fd = fd;
+    c->events = EPOLLOUT;
     c->state = C_CONNECTING;
     c->served = 0;
     c->deadline = now() + e->connect_timeout;
@@ -1132,6 +1157,7 @@ static void *engine_main(void *arg) {
         if (stopping) break;
         if (cancelling) cancel_everything(e);
         dispatch(e);
+        announce(e); /* the last round's completions (and dispatch's), before sleeping */
         int n = epoll_wait(e->epoll, events, 64, wait_ms(e, now()));
         for (int i = 0; i < n; i++) {
             conn *c = events[i].data.ptr;
@@ -1151,6 +1177,7 @@ static void *engine_main(void *arg) {
         }
         expire(e, now());
     }
+    announce(e);
     return NULL;
 }
 
@@ -1293,6 +1320,25 @@ static PyObject *Engine_submit(Engine *e, PyObject *args, PyObject *kw) {
     Py_RETURN_NONE;
 }
 
+/* A finished request, as wait() hands it over: a tuple whose fields have names. */
+static PyStructSequence_Field COMPLETION_FIELDS[] = {
+    {"tag", "what submit() was given as tag"},
+    {"status", "the HTTP status, or 0 when no answer came"},
+    {"err", "an errno, or 0"},
+    {"written", "bytes of the body written to the file"},
+    {"headers", "the kept response headers, by lower-case name"},
+    {"crc", "(algorithm, digest) of a 2xx body, or None"},
+    {"body", "a non-2xx answer's body (at most MAX_ERROR_BODY bytes), or None"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc COMPLETION_DESC = {
+    "prefetchd.kernel._http.Completion",
+    "A finished request: (tag, status, err, written, headers, crc, body).",
+    COMPLETION_FIELDS,
+    7,
+};
+static PyTypeObject *CompletionType;
+
 static PyObject *completion(request *r) {
     PyObject *headers = PyDict_New();
     if (headers == NULL) return NULL;
@@ -1318,13 +1364,23 @@ static PyObject *completion(request *r) {
     PyObject *body = r->error_body
                          ? PyBytes_FromStringAndSize(r->error_body, (Py_ssize_t)r->error_len)
                          : Py_NewRef(Py_None);
+    PyObject *status = PyLong_FromLong(r->status), *err = PyLong_FromLong(r->err);
+    PyObject *written = PyLong_FromLongLong((long long)r->written);
     PyObject *out = NULL;
-    if (crc && body)
-        out = Py_BuildValue("(OiiLOOO)", r->tag, r->status, r->err, (long long)r->written,
-                            headers, crc, body);
-    Py_XDECREF(crc);
-    Py_XDECREF(body);
-    Py_DECREF(headers);
+    if (crc && body && status && err && written) out = PyStructSequence_New(CompletionType);
+    if (out == NULL) {
+        Py_XDECREF(crc), Py_XDECREF(body), Py_XDECREF(status), Py_XDECREF(err);
+        Py_XDECREF(written), Py_DECREF(headers);
+        return NULL;
+    }
+    /* SET_ITEM steals each reference */
+    PyStructSequence_SET_ITEM(out, 0, Py_NewRef(r->tag));
+    PyStructSequence_SET_ITEM(out, 1, status);
+    PyStructSequence_SET_ITEM(out, 2, err);
+    PyStructSequence_SET_ITEM(out, 3, written);
+    PyStructSequence_SET_ITEM(out, 4, headers);
+    PyStructSequence_SET_ITEM(out, 5, crc);
+    PyStructSequence_SET_ITEM(out, 6, body);
     return out;
 }
 
@@ -1365,9 +1421,10 @@ static PyObject *Engine_wait(Engine *e, PyObject *args) {
     until.tv_nsec += (long)((whole - (double)(time_t)whole) * 1e9);
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&e->lock);
-    while (e->done_head == NULL && timeout > 0) {
+    while (e->done_head == NULL && !e->interrupted && timeout > 0) {
         if (pthread_cond_timedwait(&e->ready, &e->lock, &until) == ETIMEDOUT) break;
     }
+    e->interrupted = 0;
     r = take_done(e);
     pthread_mutex_unlock(&e->lock);
     Py_END_ALLOW_THREADS
@@ -1387,6 +1444,15 @@ static PyObject *Engine_set_credentials(Engine *e, PyObject *args) {
     secret_free(&e->access), secret_free(&e->secret), secret_free(&e->token);
     e->access = a, e->secret = s, e->token = t;
     e->key_valid = 0;
+    pthread_mutex_unlock(&e->lock);
+    Py_RETURN_NONE;
+}
+
+/* Make the current (or next) wait() return at once, with what is done (maybe nothing). */
+static PyObject *Engine_interrupt(Engine *e, PyObject *unused) {
+    pthread_mutex_lock(&e->lock);
+    e->interrupted = 1;
+    pthread_cond_broadcast(&e->ready);
     pthread_mutex_unlock(&e->lock);
     Py_RETURN_NONE;
 }
@@ -1411,6 +1477,7 @@ static void engine_stop(Engine *e) {
     Py_END_ALLOW_THREADS
     e->closed = 1;
     cancel_everything(e); /* what was left becomes ECANCELED completions */
+    announce(e);
     for (int i = 0; i < e->max_conns; i++) conn_close(e, &e->conns[i]);
 }
 
@@ -1423,8 +1490,9 @@ static PyObject *Engine_stats(Engine *e, PyObject *unused) {
     pthread_mutex_lock(&e->lock);
     long long connects = e->connects, requests = e->requests, resends = e->resends;
     pthread_mutex_unlock(&e->lock);
-    return Py_BuildValue("{sLsLsL}", "connects", connects, "requests", requests, "resends",
-                         resends);
+    long long epoll_calls = __atomic_load_n(&e->epoll_calls, __ATOMIC_RELAXED);
+    return Py_BuildValue("{sLsLsLsL}", "connects", connects, "requests", requests, "resends",
+                         resends, "epoll_calls", epoll_calls);
 }
 
 static void Engine_dealloc(Engine *e) {
@@ -1458,10 +1526,13 @@ static PyMethodDef Engine_methods[] = {
     {"wait", (PyCFunction)Engine_wait, METH_VARARGS, "Every completion ready, waiting up to timeout."},
     {"set_credentials", (PyCFunction)Engine_set_credentials, METH_VARARGS,
      "Sign later requests with these."},
+    {"interrupt", (PyCFunction)Engine_interrupt, METH_NOARGS,
+     "Make the current or next wait() return at once."},
     {"cancel_all", (PyCFunction)Engine_cancel_all, METH_NOARGS,
      "Complete every queued and in-flight request with ECANCELED."},
     {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop and join the engine thread."},
-    {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "Connections opened, requests, resends."},
+    {"stats", (PyCFunction)Engine_stats, METH_NOARGS,
+     "Connections opened, requests, resends, epoll_ctl calls."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1642,6 +1713,12 @@ PyMODINIT_FUNC PyInit__http(void) {
     Py_INCREF(&EngineType);
     if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
         Py_DECREF(&EngineType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    CompletionType = PyStructSequence_NewType(&COMPLETION_DESC);
+    if (CompletionType == NULL || PyModule_AddObject(m, "Completion", Py_NewRef(CompletionType)) < 0) {
+        Py_XDECREF(CompletionType);
         Py_DECREF(m);
         return NULL;
     }

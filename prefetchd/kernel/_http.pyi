@@ -1,11 +1,18 @@
 # Type stub of the native GET client's engine (prefetchd/kernel/_http.c).
-from typing import Any
+from typing import Any, NamedTuple
 
 from typing_extensions import Buffer
 
-# (tag, HTTP status or 0, errno or 0, bytes written, kept response headers by lower-case name,
-#  (algorithm, digest) of the 2xx body or None, the non-2xx body (at most MAX_ERROR_BODY) or None)
-Completion = tuple[Any, int, int, int, dict[str, str], tuple[str, bytes] | None, bytes | None]
+class Completion(NamedTuple):
+    """A finished request (a struct sequence in C: a tuple whose fields have names)."""
+
+    tag: Any  # what submit() was given
+    status: int  # the HTTP status, or 0 when no answer came
+    err: int  # an errno, or 0
+    written: int  # bytes of the body written to the file
+    headers: dict[str, str]  # the kept response headers, by lower-case name
+    crc: tuple[str, bytes] | None  # (algorithm, digest) of a 2xx body
+    body: bytes | None  # a non-2xx answer's body, at most MAX_ERROR_BODY bytes
 
 MAX_HEAD: int
 MAX_ERROR_BODY: int
@@ -34,6 +41,7 @@ class Engine:
         checksum_mode: bool = False,
     ) -> None: ...
     def wait(self, timeout: float, /) -> list[Completion]: ...
+    def interrupt(self) -> None: ...
     def set_credentials(self, access: str, secret: str, token: str | None = None, /) -> None: ...
     def cancel_all(self) -> None: ...
     def close(self) -> None: ...

@@ -139,7 +139,7 @@ def test_publishing_a_small_object_costs_five_syscalls(
     with Syscalls(monkeypatch).counting() as syscalls:
         for job in jobs:  # as the transfer threads hand each one over, then the main loop
             downloader._transfer_done(job)
-        downloader._drain_results()
+        downloader._drain_queue()
     # The user-visible outcome first: every object published once, logged, with its meta,
     # and the epoch marked downloaded (its log closed: one open + close per epoch).
     assert sorted(os.listdir(layout.cache_ready)) == sorted(job.name for job in jobs)
@@ -161,7 +161,7 @@ def writer_over_published(config: Config, layout: Layout) -> tuple[Downloader, W
     downloader = Downloader(ChildContext("downloader", config))
     for job in fetched_jobs(config, layout, downloader):
         downloader._transfer_done(job)
-    downloader._drain_results()
+    downloader._drain_queue()
     return downloader, Writer(ChildContext("writer-0", config), 0)
 
 
@@ -198,7 +198,7 @@ def test_a_writer_waiting_on_an_empty_ready_dir_lists_it_only_when_something_arr
             for job in fetched_jobs(config, layout, downloader):
                 downloader._transfer_done(job)
                 break  # one object published
-            downloader._drain_results()
+            downloader._drain_queue()
             name = writer._claim_next()  # the arrival is seen at once, not after a timeout
     assert name is not None
     assert os.listdir(layout.cache_claimed) == [Path(writer.arrivals.claimed(name)).name]
@@ -222,7 +222,7 @@ def test_a_writer_claims_each_arrival_by_the_name_inotify_gave_without_listing_r
         with Syscalls(monkeypatch).counting() as syscalls:
             for job in fetched_jobs(config, layout, downloader):
                 downloader._transfer_done(job)
-                downloader._drain_results()  # one object published...
+                downloader._drain_queue()  # one object published...
                 writer.arrivals.wait(timeout=5)
                 name = writer._claim_next()  # ...and claimed by the name inotify gave
                 assert name == job.name
@@ -275,7 +275,7 @@ def test_in_steady_state_an_object_makes_no_new_inode_for_its_meta(
     monkeypatch.setattr(os, "open", counting_open)
     for job in jobs:
         downloader._transfer_done(job)
-    downloader._drain_results()
+    downloader._drain_queue()
     monkeypatch.undo()
     assert created == 0
     assert sorted(os.listdir(layout.cache_ready)) == sorted(job.name for job in jobs)

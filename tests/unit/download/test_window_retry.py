@@ -53,6 +53,9 @@ class FlakyTransfer:
         self.done(job)
         return True
 
+    def poll(self, timeout: float) -> bool:
+        return False
+
     def shutdown(self) -> None:
         pass
 
