@@ -207,7 +207,18 @@ def watch_in_a_terminal(config_path: Path) -> None:
                         raise
                     break
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(20)
+        # Go on reading until it has left: a program whose terminal is full blocks in its
+        # last write (the cursor shown again) and would never exit.
+        deadline = time.monotonic() + 20
+        while proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                try:
+                    output += os.read(leader, 65536)
+                except OSError as exc:  # EIO once the process is gone
+                    if exc.errno != errno.EIO:
+                        raise
+        code = proc.wait(1)
     finally:
         if proc.poll() is None:
             proc.kill()
