@@ -8,6 +8,7 @@ repository root (so it imports prefetchd and testkit from this checkout); it wri
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -64,6 +65,24 @@ def delivered(results: Iterable[dict[str, Any]], epoch: int | None = None) -> Co
     """How often each record id arrived over the trainers' ``results`` (in ``epoch``, if
     given): a multiset to compare with the dataset's ids."""
     return Counter(rid for r in results for e, rid in r["records"] if epoch in (None, e))
+
+
+def ram_bytes(ram_dir: Path) -> int:
+    """The bytes under ``ram_dir`` at one instant, as the writers' account is kept: walked
+    while holding the RAM budget's lock (``ram_dir/.budget.lock``, ``prefetchd.budget``), so no
+    writer reserves meanwhile. A walk is not atomic: without the lock, a shard counted in
+    ``claimed/`` and then deleted, and a reservation made with its room before the walk reached
+    ``.tmp/``, were both counted though they never coexisted. Before any writer made the lock
+    file, walked as it is."""
+    try:
+        fd = os.open(ram_dir / ".budget.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return tree_bytes(ram_dir)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return tree_bytes(ram_dir)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def tree_bytes(root: Path, *, only: tuple[str, ...] | None = None) -> int:

@@ -184,6 +184,10 @@ def test_metrics_status_wait_time_and_private_files(
     assert shards, "the trainer read no shard"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def watch_in_a_terminal(config_path: Path) -> None:
     """``status --watch`` on a terminal redraws in place and leaves on Ctrl-C with exit 0."""
     leader, follower = pty.openpty()
@@ -192,6 +196,9 @@ def watch_in_a_terminal(config_path: Path) -> None:
         stdin=follower,
         stdout=follower,
         stderr=follower,
+        # Ctrl-C as a shell's foreground program gets it: a test run started in the background
+        # (`scripts/test.sh &`) ignores SIGINT, and an ignored signal stays ignored across exec
+        preexec_fn=_default_sigint,
     )
     os.close(follower)
     output = b""

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from prefetchd.supervise.status import REQUIRED_KEYS
-from testkit.trainers import tree_bytes
+from testkit.trainers import ram_bytes, tree_bytes
 
 from .trainers import KIB, MIB, SIZES, finish, start_consumer, status_json
 
@@ -37,7 +37,7 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.halt.is_set():
-            self.max_ram = max(self.max_ram, tree_bytes(self.ram))
+            self.max_ram = max(self.max_ram, ram_bytes(self.ram))
             # raw object bytes: published, claimed by writers, and downloads in flight
             raw = tree_bytes(self.cache, only=("ready", "claimed", ".tmp"))
             self.max_raw = max(self.max_raw, raw)

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from testkit.trainers import delivered, log_tail, tree_bytes
+from testkit.trainers import delivered, log_tail, ram_bytes, tree_bytes
 from tests.faults.faultkit import read_status, start_reader
 from tests.faults.faultproxy import FaultProxy, Rule
 
@@ -48,7 +48,7 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.halt.wait(0.25):
-            self.max_ram = max(self.max_ram, tree_bytes(self.ram))
+            self.max_ram = max(self.max_ram, ram_bytes(self.ram))
             raw = tree_bytes(self.cache, only=("ready", "claimed", ".tmp"))
             self.max_raw = max(self.max_raw, raw)
             try:
