@@ -107,6 +107,17 @@ class Calls:
                 self.count += 1
 
 
+def submit_all(transfer: NativeTransfer, jobs: list[Job]) -> None:
+    """Prepare and submit every job as the downloader does, failing if slots leak."""
+    for job in jobs:
+        transfer.prepare(job)
+        for _ in range(600):  # bounded: 60 s for a slot
+            if transfer.submit_parts(job, timeout=0.1):
+                break
+        else:
+            pytest.fail("no free slot for 60 s: slots leaked")
+
+
 def fetch_all(config: Config, objs: list[SourceObject], tmp_path: Path, calls: Calls) -> list[Job]:
     results: queue.SimpleQueue[Job] = queue.SimpleQueue()
     threading.setprofile(calls.profile)  # the transfer's threads, started below
@@ -115,13 +126,7 @@ def fetch_all(config: Config, objs: list[SourceObject], tmp_path: Path, calls: C
     sys.setprofile(calls.profile)
     calls.active = True
     try:
-        for job in jobs:
-            transfer.prepare(job)
-            for _ in range(600):  # bounded: 60 s for a slot
-                if transfer.submit_parts(job, timeout=0.1):
-                    break
-            else:
-                pytest.fail("no free slot for 60 s: slots leaked")
+        submit_all(transfer, jobs)
         done = [results.get(timeout=60) for _ in jobs]
     finally:
         calls.active = False
@@ -151,13 +156,7 @@ def fetch_on_caller(
     sys.setprofile(calls.profile)
     calls.active = True
     try:
-        for job in jobs:
-            transfer.prepare(job)
-            for _ in range(600):  # bounded: 60 s for a slot
-                if transfer.submit_parts(job, timeout=0.1):
-                    break
-            else:
-                pytest.fail("no free slot for 60 s: slots leaked")
+        submit_all(transfer, jobs)
         for _ in range(600):  # bounded: 60 s
             if len(results) == len(jobs):
                 break

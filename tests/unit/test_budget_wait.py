@@ -36,6 +36,13 @@ def _extend_in_thread(budget: RamBudget, fd: int) -> tuple[threading.Thread, lis
     return thread, got
 
 
+def _wait_for_looks(budget: RamBudget, looks: int) -> None:
+    """Until the waiting writer has looked ``looks`` times (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while budget.room_looks < looks and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _reservation(layout: Layout) -> int:
     return os.open(layout.ram_tmp / "e00000-w01-0000000.tfrecord", os.O_RDWR | os.O_CREAT, 0o600)
 
@@ -49,9 +56,7 @@ def test_a_waiting_writer_wakes_when_a_shard_leaves_and_does_not_poll_meanwhile(
     fd = _reservation(layout)
     try:
         thread, got = _extend_in_thread(budget, fd)
-        deadline = time.monotonic() + 10
-        while budget.room_looks < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_for_looks(budget, 1)
         assert budget.room_looks == 1, "the first look arms the watch"
         time.sleep(1.0)  # 50 looks at the old 20 ms polling
         assert budget.room_looks == 1, "it looked again with nothing freed"
@@ -77,9 +82,7 @@ def test_without_a_watch_the_writer_polls_and_still_gets_the_room(
     fd = _reservation(layout)
     try:
         thread, got = _extend_in_thread(budget, fd)
-        deadline = time.monotonic() + 10
-        while budget.room_looks < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_for_looks(budget, 3)
         assert budget.room_looks >= 3, "it polls where it cannot watch"
         shard.unlink()
         thread.join(10)
