@@ -105,11 +105,10 @@ class Downloader:
         ):
             self.admission.watch(deletions, vanished)
             self._recover()
-            # Not on_caller (completions settled on this thread): one soak run lost a 1200 KiB
-            # object of ranged GETs to MD5 mismatches on 3 fetches with it on (2026-12-05,
-            # under investigation); settled on the transfer's own thread as before until then.
+            # on_caller: completions are settled on this thread (in poll and while a request
+            # waits for a slot), so one Python thread does an object's whole work (issue 28).
             self.transfer = make_transfer(
-                self.config, self._transfer_done, self.signals, on_caller=False
+                self.config, self._transfer_done, self.signals, on_caller=True
             )
             self.retries.refresh_credentials = self.transfer.refresh_credentials
             self.ctx.settled()

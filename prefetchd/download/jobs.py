@@ -27,6 +27,7 @@ class Job:
     bucket: str | None = None  # its source's bucket, if not the transfer's (several sources)
     format: str | None = None  # its source's format, if not the verifier's (several sources)
     attempt: int = 0
+    corrupt: int = 0  # fetches that failed verification (``retries.Retries.failed``)
     # Transient failures of this object, counted only when the store demonstrably worked
     # meanwhile (another object downloaded, or the bucket lists): past ``download.retries``
     # the store works and this object does not, so it is skipped.
@@ -55,6 +56,7 @@ class Job:
     expected: Expected | None = None
     unverified: str | None = None  # why only the size can be checked
     bad_digest: bytes | None = None  # what the last fetch that failed verification hashed to
+    bad_frames: str | None = None  # where the last fetch's TFRecord CRCs failed, and how
     # Every TFRecord frame of the file passed its CRCs (uncompressed ``tfrecord`` input): the
     # meta says so, and the writer need not read the object through before taking records.
     records_ok: bool = False

@@ -1,7 +1,11 @@
 """What happens to a fetch that failed: fetched again (now, or after a pause), or skipped.
 
-A corrupt copy is fetched again up to ``MAX_INTEGRITY_ATTEMPTS`` times, an object of another
-size at its real size; a fault retrying may fix (throttling, 5xx, a full cache disk, a store
+A corrupt copy is fetched again: skipped after ``MAX_INTEGRITY_ATTEMPTS`` corrupt fetches when
+the last two hashed the same (the store holds those bytes: fetching again cannot help), after
+``MAX_CORRUPT_FETCHES`` when each was corrupt in its own way (something on the way flips bits
+now and then: a few percent of fetches of a large object can be hit, and three in a row is then
+an everyday event in a big dataset). An object of another size is fetched again at its real
+size; a fault retrying may fix (throttling, 5xx, a full cache disk, a store
 down for everyone) pauses every download with a growing backoff; an object that cannot be
 fetched (deleted, overwritten, forbidden while the bucket lists) or that keeps failing while
 the store serves others is skipped for the epoch.
@@ -45,7 +49,8 @@ from prefetchd.messages.counters import DownloaderCounters
 
 log = logging.getLogger(__name__)
 
-MAX_INTEGRITY_ATTEMPTS = 3
+MAX_INTEGRITY_ATTEMPTS = 3  # corrupt fetches, the last two alike: the store's bytes are bad
+MAX_CORRUPT_FETCHES = 6  # corrupt fetches, each its own way: bounded all the same
 BACKOFF_MAX = 60.0
 PROBE_INTERVAL = 10.0  # seconds a "can we still list the bucket?" answer is trusted
 UNREACHABLE_AFTER = 60.0  # seconds of nothing but store errors before status says so
@@ -120,13 +125,14 @@ class Retries:
             return
         if isinstance(error, IntegrityError):
             self.counters["integrity_failures"] += 1
-            if job.attempt + 1 < MAX_INTEGRITY_ATTEMPTS:
+            job.corrupt += 1
+            limit = MAX_INTEGRITY_ATTEMPTS if error.repeated else MAX_CORRUPT_FETCHES
+            if job.corrupt < limit:
                 log.warning("re-fetching %s: %s", escape_key(job.obj.key), error)
                 self.counters["retries"] += 1
                 self.retry(job, delay=0.5)
             else:
-                skip = f"corrupt after {MAX_INTEGRITY_ATTEMPTS} fetches: {error}"
-                self.publisher.skip(job, skip)
+                self.publisher.skip(job, f"corrupt after {job.corrupt} fetches: {error}")
             return
         fault = classify(error)
         if fault is Fault.FORBIDDEN:

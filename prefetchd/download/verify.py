@@ -71,7 +71,13 @@ _NO_PARTS = "the store does not tell the part sizes of multipart uploads"
 
 
 class IntegrityError(Exception):
-    """What arrived is not what the store holds (size or checksum); the object is re-fetched."""
+    """What arrived is not what the store holds (size or checksum); the object is re-fetched.
+    ``repeated``: it hashed to the same wrong digest as the fetch before (the store holds those
+    bytes, or something on the way changes them the same way every time)."""
+
+    def __init__(self, message: str, *, repeated: bool = False) -> None:
+        super().__init__(message)
+        self.repeated = repeated
 
 
 class SizeChanged(IntegrityError):
@@ -179,7 +185,10 @@ class Verifier:
         except FramingError as exc:
             whole = self._whole(job)
             if whole is None:
-                raise IntegrityError(f"TFRecord CRC check failed {exc}") from None
+                what = str(exc)
+                repeated, job.bad_frames = what == job.bad_frames, what
+                message = f"TFRecord CRC check failed {exc}"
+                raise IntegrityError(message, repeated=repeated) from None
             self._check_whole(job, whole)  # raises IntegrityError unless the store holds these
 
     # --- what the store says ------------------------------------------------------------------
@@ -289,11 +298,13 @@ def settle(job: Job, verifier: Verifier) -> None:
 def _compare(job: Job, expected: Expected, got: bytes) -> None:
     if got == expected.digest:
         return
-    again = " (the same as the previous fetch)" if got == job.bad_digest else ""
+    repeated = got == job.bad_digest
+    again = " (the same as the previous fetch)" if repeated else ""
     job.bad_digest = got
     raise IntegrityError(
         f"{expected.algorithm} {expected.describe(got)}{again} does not match the "
-        f"{expected.source} {expected.describe(expected.digest)}"
+        f"{expected.source} {expected.describe(expected.digest)}",
+        repeated=repeated,
     )
 
 

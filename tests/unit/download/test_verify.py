@@ -202,6 +202,30 @@ def test_the_same_wrong_digest_twice_is_said_so(fetched: Any) -> None:
         verifier.verify(job)
     assert "previous fetch" not in str(first.value)
     assert "the same as the previous fetch" in str(second.value)
+    assert not first.value.repeated and second.value.repeated  # skipped sooner (retries.py)
+    other = fetched(flipped(BODY, 4), multipart_etag(PARTS))
+    other.bad_digest = job.bad_digest
+    with pytest.raises(IntegrityError) as third:
+        verifier.verify(other)
+    assert not third.value.repeated, "bits flipped another way: not the store's bytes"
+
+
+def test_records_failing_their_crcs_the_same_way_twice_are_said_so(fetched: Any) -> None:
+    """TFRecord input with no whole-object checksum to ask: the same frame failing again is
+    the store's bytes (skipped sooner), another frame failing is bits flipped on the way."""
+    verifier = Verifier(FakeStore([RECORDS]), "b", "tfrecord")
+    job = fetched(flipped(RECORDS, 5000), "0" * 32 + "-2", key="x.tfrecord")
+    repeated = []
+    for _ in range(2):
+        with pytest.raises(IntegrityError, match="TFRecord CRC") as caught:
+            verifier.verify(job)
+        repeated.append(caught.value.repeated)
+    assert repeated == [False, True]
+    elsewhere = fetched(flipped(RECORDS, 100), "0" * 32 + "-2", key="x.tfrecord")
+    elsewhere.bad_frames = job.bad_frames
+    with pytest.raises(IntegrityError, match="TFRecord CRC") as caught:
+        verifier.verify(elsewhere)
+    assert not caught.value.repeated
 
 
 def test_full_object_checksum_takes_one_request(fetched: Any) -> None:
