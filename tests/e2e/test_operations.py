@@ -188,6 +188,23 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _read_terminal(leader: int, done: Callable[[bytes], bool], *, seconds: float) -> bytes:
+    """What a program writes to the terminal ``leader`` until ``done(what it wrote)``, the
+    program is gone (EIO) or ``seconds`` pass."""
+    output = b""
+    deadline = time.monotonic() + seconds
+    while not done(output) and time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.2)
+        if ready:
+            try:
+                output += os.read(leader, 65536)
+            except OSError as exc:  # EIO once the process is gone
+                if exc.errno != errno.EIO:
+                    raise
+                break
+    return output
+
+
 def watch_in_a_terminal(config_path: Path) -> None:
     """``status --watch`` on a terminal redraws in place and leaves on Ctrl-C with exit 0."""
     leader, follower = pty.openpty()
@@ -201,30 +218,12 @@ def watch_in_a_terminal(config_path: Path) -> None:
         preexec_fn=_default_sigint,
     )
     os.close(follower)
-    output = b""
-    deadline = time.monotonic() + 30
     try:
-        while output.count(b"\x1b[H") < 3 and time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.5)
-            if ready:
-                try:
-                    output += os.read(leader, 65536)
-                except OSError as exc:  # EIO once the process is gone
-                    if exc.errno != errno.EIO:
-                        raise
-                    break
+        output = _read_terminal(leader, lambda out: out.count(b"\x1b[H") >= 3, seconds=30)
         proc.send_signal(signal.SIGINT)
         # Go on reading until it has left: a program whose terminal is full blocks in its
         # last write (the cursor shown again) and would never exit.
-        deadline = time.monotonic() + 20
-        while proc.poll() is None and time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.2)
-            if ready:
-                try:
-                    output += os.read(leader, 65536)
-                except OSError as exc:  # EIO once the process is gone
-                    if exc.errno != errno.EIO:
-                        raise
+        output += _read_terminal(leader, lambda _: proc.poll() is not None, seconds=20)
         code = proc.wait(1)
     finally:
         if proc.poll() is None:
