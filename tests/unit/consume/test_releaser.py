@@ -25,9 +25,15 @@ def releaser(tmp_path: Path) -> Iterator[ShardReleaser]:
 
 
 def claimed(releaser: ShardReleaser, counter: int, size: int = 4096) -> Path:
+    """A shard claimed by this process: renamed into ``claimed/`` as a claim is, written under
+    another name first. Written in place, its own open and close would be events of the claim;
+    a releaser thread slow to read them (a loaded machine) would then see a claim opened and
+    closed before any scan, doubtful, and free it at the next wait."""
     name = claim_name(releaser.claimant, shard_name(0, 0, counter))
     path = releaser.directory / name
-    path.write_bytes(b"r" * size)
+    part = releaser.directory / f".{name}.part"
+    part.write_bytes(b"r" * size)
+    part.rename(path)
     releaser.track(name)
     return path
 
