@@ -27,7 +27,7 @@ STARVED_FILL = 0.25  # ... or this long while no shard is ready for the trainers
 FILL_CHECK = 0.05  # how often a writer with fewer than output.mix objects re-checks the above
 # While it waits to fill its mix, a writer woken by one arrival lets this long pass before it
 # claims, so one wake takes the objects that arrive meanwhile (``gather``).
-GATHER = 0.004
+GATHER = 0.01
 
 
 class FlushClock:
