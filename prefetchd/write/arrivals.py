@@ -126,11 +126,17 @@ class Arrivals:
         self.list(force=True)
         return any(n.startswith(epoch_prefix(epoch)) for n in self.listing)
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float, *, gather: float = 0.0, want: int = 1) -> None:
         """Wait up to ``timeout`` seconds for an object to be renamed into ready/; the names
-        that were are claimed next (these events are consumed here)."""
+        that were are claimed next (these events are consumed here). With ``gather``, once
+        one arrived and fewer than ``want`` did, wait that much longer and take those that
+        arrived meanwhile too: one wake for several objects (``FlushClock.gather``)."""
         assert self.watch is not None
-        self._note(self.watch.read(timeout=timeout))
+        events = self.watch.read(timeout=timeout)
+        if events and gather > 0 and len(events) < want:
+            time.sleep(gather)
+            events += self.watch.read_now()
+        self._note(events)
         self._waited = True
 
     def _note(self, events: list[Event]) -> bool:

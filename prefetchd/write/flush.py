@@ -25,6 +25,9 @@ FIRST_SHARDS = 2  # shards a writer publishes at once while ready/ is empty, onc
 FILL_WAIT = 0.5  # seconds a writer waits for output.mix open objects before drawing anyway
 STARVED_FILL = 0.25  # ... or this long while no shard is ready for the trainers
 FILL_CHECK = 0.05  # how often a writer with fewer than output.mix objects re-checks the above
+# While it waits to fill its mix, a writer woken by one arrival lets this long pass before it
+# claims, so one wake takes the objects that arrive meanwhile (``gather``).
+GATHER = 0.01
 
 
 class FlushClock:
@@ -103,6 +106,25 @@ class FlushClock:
                 return next(entries, None) is None
         except FileNotFoundError:
             return False
+
+    def gather(self) -> float:
+        """How long a writer waiting to fill its mix, just woken by an arrival, waits for more
+        before it claims: ``GATHER``, or 0 while ``starting`` or when a decision of this clock
+        falls due within it (the shard's next starved check, the end of ``STARVED_FILL``).
+
+        Behind a paced network objects arrive spread out (one every ~0.8 ms from 32
+        connections), and a writer that keeps up woke for nearly each one: a poll, an inotify
+        read and a turn of its loop per object, ~0.4 wakes per small object against ~0.2 on
+        loopback. Gathering costs no throughput (what arrives meanwhile waits in ready/ and
+        is claimed at the next turn) and no trainer waits on it: a shard due to a starved
+        trainer, or a draw due for one, is never put off past its time."""
+        if self.starting():
+            return 0.0
+        now = time.monotonic()
+        due = self.shard_checked + self.starved_age
+        if self.fill_since is not None:
+            due = min(due, self.fill_since + STARVED_FILL)
+        return GATHER if now + GATHER < due else 0.0
 
     def filling(self, opened: int, epoch: int, holding_large: Callable[[], bool]) -> bool:
         """Whether to wait for more objects before drawing (``opened`` are open, the first of

@@ -202,7 +202,8 @@ class Writer:
             if self._filling():
                 self.counters["activity"] = Activity.WAITING_TO_MIX
                 self._report()
-                self.arrivals.wait(0.05)
+                want = self.config.output.mix - len(self.mixer.open)
+                self.arrivals.wait(0.05, gather=self.clock.gather(), want=want)
                 continue
             self._step()
             shard = self.publisher.shard

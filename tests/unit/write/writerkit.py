@@ -37,6 +37,9 @@ class FakeClock:
     def monotonic(self) -> float:
         return self.now
 
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
 
 def lines_config(root: Path, *, epochs: dict[str, Any], output: dict[str, Any]) -> Config:
     """A ``lines`` config under ``root``, its directories created."""
