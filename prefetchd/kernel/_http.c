@@ -726,6 +726,7 @@ typedef struct {
     int key_valid;
     /* counters (under lock): for tests and stats() */
     long long connects, requests, resends;
+    long long wakes; /* eventfd writes by submit() */
     long long epoll_calls; /* epoll_ctl calls (engine thread; read atomically by stats()) */
 } Engine;
 
@@ -1350,11 +1351,17 @@ static PyObject *Engine_submit(Engine *e, PyObject *args, PyObject *kw) {
     }
     Py_INCREF(tag);
     r->tag = tag;
+    /* A queue that was not empty needs no wake (an eventfd write here, an epoll round and a
+     * read there, per object): the engine was woken for its first request and dispatches in
+     * every round, and what it left queued waits for a connection, which only an event of the
+     * engine's own (or a raised set_limit, which wakes it) frees. */
+    int first = e->queue_head == NULL;
     if (e->queue_tail) e->queue_tail->next = r;
     else e->queue_head = r;
     e->queue_tail = r;
+    if (first) e->wakes++;
     pthread_mutex_unlock(&e->lock);
-    wake_engine(e);
+    if (first) wake_engine(e);
     Py_RETURN_NONE;
 }
 
@@ -1568,10 +1575,11 @@ static PyObject *Engine_close(Engine *e, PyObject *unused) {
 static PyObject *Engine_stats(Engine *e, PyObject *unused) {
     pthread_mutex_lock(&e->lock);
     long long connects = e->connects, requests = e->requests, resends = e->resends;
+    long long wakes = e->wakes;
     pthread_mutex_unlock(&e->lock);
     long long epoll_calls = __atomic_load_n(&e->epoll_calls, __ATOMIC_RELAXED);
-    return Py_BuildValue("{sLsLsLsL}", "connects", connects, "requests", requests, "resends",
-                         resends, "epoll_calls", epoll_calls);
+    return Py_BuildValue("{sLsLsLsLsL}", "connects", connects, "requests", requests, "resends",
+                         resends, "epoll_calls", epoll_calls, "wakes", wakes);
 }
 
 static void Engine_dealloc(Engine *e) {
@@ -1615,7 +1623,7 @@ static PyMethodDef Engine_methods[] = {
      "Complete every queued and in-flight request with ECANCELED."},
     {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop and join the engine thread."},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS,
-     "Connections opened, requests, resends, epoll_ctl calls."},
+     "Connections opened, requests, resends, epoll_ctl calls, wakes by submit()."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -557,3 +557,22 @@ def test_set_limit_bounds_the_requests_on_the_wire_and_queues_the_rest(tmp_path:
     assert all((c.status, c.written) == (200, 100) for c in one_at_a_time)
     assert connects_limited == 1
     assert connects <= 4
+
+
+def test_a_request_queued_behind_others_does_not_wake_the_engine(file: int) -> None:
+    """submit() writes the engine's eventfd only for a request that finds the queue empty: one
+    queued behind another waits for a connection, which only the engine's own events free
+    (issue 28: an eventfd write and an epoll round per object)."""
+    with Server(lambda *_: [HANG]) as server:
+        made = engine(server.port, connections=1)
+        try:
+            for i in range(8):
+                made.submit(i, "h", "/b/k", file, 0, 10, 10)
+            wakes = made.stats()["wakes"]
+            made.cancel_all()
+            done = collect(made, 8)
+        finally:
+            made.close()
+    # the first request's, and the second's if the engine took the first before it came
+    assert 1 <= wakes <= 2, wakes
+    assert sorted(c.tag for c in done) == list(range(8))
