@@ -446,8 +446,11 @@ class NativeTransfer:
             self._slots.release(1)
             self._part_settled()
             return
+        # A GET answered with a checksum of its own (job.answered) needs no request to verify:
+        # said first, so that the common small object skips needs_request's own look.
         if job.error is not None or (
-            job.obj.size <= INLINE_MAX and not self._verifier.needs_request(job)
+            job.obj.size <= INLINE_MAX
+            and (job.answered is not None or not self._verifier.needs_request(job))
         ):
             self._finish(part)
             return
