@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 import zlib
@@ -37,6 +38,10 @@ except ImportError:  # a platform without an isal wheel: zlib's, slower, the sam
 MD5 = "MD5"
 # S3's additional checksum algorithms, as boto3 spells them (``ChecksumCRC32C`` ...).
 ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
+# each algorithm with the GET response header that carries it (per object: no string built)
+_ANSWER_HEADERS = tuple(
+    (algorithm, f"x-amz-checksum-{algorithm.lower()}") for algorithm in ALGORITHMS
+)
 _DIGEST_SIZES = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32, MD5: 16}
 _MULTIPART_ETAG = re.compile(r"^([0-9a-f]{32})-([1-9][0-9]{0,4})$")
 _COMPOSITE_SUFFIX = re.compile(r"^(.*)-([1-9][0-9]{0,4})$")
@@ -132,8 +137,8 @@ def response_checksum(headers: Mapping[str, str], etag: str | None) -> StoredChe
     one needs the part sizes, which only HEADs tell (``verify.Verifier``)."""
     parts = multipart_etag(etag)
     stated = headers.get("x-amz-checksum-type")
-    for algorithm in ALGORITHMS:
-        value = headers.get(f"x-amz-checksum-{algorithm.lower()}")
+    for algorithm, header in _ANSWER_HEADERS:
+        value = headers.get(header)
         if not value or unavailable(algorithm) is not None:
             continue
         stored = parse_checksum(algorithm, value, stated, parts[1] if parts else None)
@@ -174,6 +179,7 @@ class UnavailableAlgorithm(Exception):
     """This process cannot compute the algorithm (CRC64NVME needs awscrt)."""
 
 
+@functools.cache  # what is installed does not change while the process runs; asked per object
 def unavailable(algorithm: str) -> str | None:
     """Why this process cannot compute ``algorithm`` (``UnavailableAlgorithm``), or None."""
     try:

@@ -252,14 +252,11 @@ class Downloader:
     def _drain_queue(self) -> bool:
         """Handle every job in ``results``; whether there was one."""
         results = self.publisher.results
-        handled = False
-        while True:
-            try:
-                job = results.get_nowait()
-            except queue.Empty:
-                return handled
-            self._handle(job)
-            handled = True
+        if results.empty():  # most turns: no exception raised and caught per turn
+            return False
+        while not results.empty():  # this thread alone takes from it
+            self._handle(results.get_nowait())
+        return True
 
     def _handle(self, job: Job) -> None:
         """A job the transfer settled: publish it, or clean up and fetch it again or skip it."""

@@ -8,7 +8,9 @@ release is one put on a C ``SimpleQueue``, and the taker keeps the count.
 
 Both clients take their request slots here, so the adaptive limit (``adaptive.py``) applies to
 both: a slot is free only while fewer than ``limit.allowed`` are taken. Without throttling that
-is every slot, and the check is one comparison per acquire.
+is every slot, and the check is one comparison per acquire. ``extra`` slots beyond the limit
+(the native client's requests queued in its engine, ``native.py``) are open only while the
+limit is at its ceiling: throttled, the limit bounds every request taken, queued or not.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ class Slots:
     """``total`` slots. ``acquire`` may be called from one thread only (the downloader's main
     loop); ``release`` from any thread."""
 
-    def __init__(self, total: int, limit: AdaptiveLimit | None = None) -> None:
+    def __init__(self, total: int, limit: AdaptiveLimit | None = None, extra: int = 0) -> None:
         self._total = total
         self._free = total  # only the acquiring thread reads and writes it
         self._limit = limit
+        self._extra = extra
         self._returned: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     @property
@@ -37,7 +40,13 @@ class Slots:
         """Whether one more slot may be taken: one is free, and the adaptive limit allows it."""
         if not self._free:
             return False
-        return self._limit is None or self._total - self._free < self._limit.allowed
+        limit = self._limit
+        if limit is None:
+            return True
+        allowed = limit.allowed
+        if allowed >= limit.ceiling:
+            allowed += self._extra
+        return self._total - self._free < allowed
 
     def acquire(self, timeout: float) -> bool:
         """Take one slot, waiting up to ``timeout`` seconds for one to be released; False if

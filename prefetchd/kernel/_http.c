@@ -6,7 +6,13 @@
  * file descriptor Python gave, at the offset it gave, and its CRC32 or CRC32C (whichever
  * x-amz-checksum header the response names) is taken while it arrives, so Python need not read
  * the file back. Finished requests are queued as completions and wait() hands Python every one
- * that is ready at once: one wake, one GIL hand-over for many objects.
+ * that is ready at once: one wake, one GIL hand-over for many objects. A caller that can wait
+ * a little asks wait() to gather (`least` completions, or the oldest `hold` seconds old): behind
+ * a real network objects finish spread out in time, and a wake per object costs the caller a
+ * futex, a context switch and its cold caches per object (issue 28's paced figures).
+ * set_limit() caps the requests on the wire below `connections` (the adaptive limit), so the
+ * caller may queue more requests than it lets go out: a connection that frees takes the next
+ * at once, while its completion waits to be gathered.
  *
  * Why C at all: awscrt cost Python ~0.25 ms per small object (request setup, a Future, an
  * Event, a GIL hand-over per callback); this costs Python one submit() and a share of one
@@ -703,10 +709,15 @@ typedef struct {
     conn *conns;
     char *buffer; /* RECV_BUFFER bytes, the engine thread's */
     int unannounced; /* completions queued and wait() not woken for them (engine thread's) */
+    int limit;       /* requests on the wire at most (set_limit; <= max_conns) */
     pthread_mutex_t lock; /* guards everything below */
     pthread_cond_t ready;
     request *queue_head, *queue_tail;
     request *done_head, *done_tail;
+    int done_count;       /* completions queued */
+    double done_first_at; /* when the oldest of them was queued (CLOCK_MONOTONIC seconds) */
+    int want;             /* the waiting wait()'s `least` (1 when none waits) */
+    double hold;          /* the waiting wait()'s `hold` seconds (0 when none waits) */
     int stopping, cancelling;
     int interrupted; /* interrupt(): the next (or current) wait() returns at once */
     char *access, *secret, *token;
@@ -715,6 +726,7 @@ typedef struct {
     int key_valid;
     /* counters (under lock): for tests and stats() */
     long long connects, requests, resends;
+    long long wakes; /* eventfd writes by submit() */
     long long epoll_calls; /* epoll_ctl calls (engine thread; read atomically by stats()) */
 } Engine;
 
@@ -744,22 +756,39 @@ static void wake_engine(Engine *e) {
 static void complete(Engine *e, request *r, int err) {
     if (err && !r->err) r->err = err;
     r->next = NULL;
+    double t = now();
     pthread_mutex_lock(&e->lock);
     if (e->done_tail) e->done_tail->next = r;
-    else e->done_head = r;
+    else e->done_head = r, e->done_first_at = t;
     e->done_tail = r;
+    e->done_count++;
     pthread_mutex_unlock(&e->lock);
     e->unannounced = 1;
 }
 
-/* Wake wait() for what complete() queued since the last call: once per round of the engine's
- * loop, not once per request (a wake is a futex call on each side when Python waits). */
-static void announce(Engine *e) {
-    if (!e->unannounced) return;
-    e->unannounced = 0;
+/* Whether wait(least, hold) may return the completions queued now (under the lock). */
+static int gathered(Engine *e, int least, double hold, double t) {
+    return e->done_count >= least || (e->done_head && t >= e->done_first_at + hold);
+}
+
+/* Wake wait() for what complete() queued: once per round of the engine's loop, not once per
+ * request (a wake is a futex call on each side when Python waits), and only once the waiter's
+ * `least` are queued or the oldest has waited its `hold`. Returns when to look again (the
+ * oldest's hold ending), or 0. */
+static double announce(Engine *e) {
+    if (!e->unannounced) return 0;
+    double t = now(), again = 0;
     pthread_mutex_lock(&e->lock);
-    pthread_cond_broadcast(&e->ready);
+    if (e->done_head == NULL) {
+        e->unannounced = 0; /* taken by a wait(0) meanwhile */
+    } else if (gathered(e, e->want, e->hold, t)) {
+        e->unannounced = 0;
+        pthread_cond_broadcast(&e->ready);
+    } else {
+        again = e->done_first_at + e->hold;
+    }
     pthread_mutex_unlock(&e->lock);
+    return again;
 }
 
 static void conn_close(Engine *e, conn *c) {
@@ -1090,13 +1119,18 @@ static void start_on(Engine *e, conn *c, request *r) {
 
 /* Hand queued requests to idle connections first (keep-alive), then to new ones. */
 static void dispatch(Engine *e) {
+    pthread_mutex_lock(&e->lock);
+    int limit = e->limit;
+    pthread_mutex_unlock(&e->lock);
     for (;;) {
         conn *idle = NULL, *spare = NULL;
-        for (int i = 0; i < e->max_conns && (idle == NULL || spare == NULL); i++) {
-            if (e->conns[i].state == C_IDLE && idle == NULL) idle = &e->conns[i];
+        int busy = 0;
+        for (int i = 0; i < e->max_conns; i++) {
+            if (e->conns[i].req) busy++;
+            else if (e->conns[i].state == C_IDLE && idle == NULL) idle = &e->conns[i];
             else if (e->conns[i].state == C_FREE && spare == NULL) spare = &e->conns[i];
         }
-        if (idle == NULL && spare == NULL) return;
+        if (busy >= limit || (idle == NULL && spare == NULL)) return;
         request *r = pop_queued(e);
         if (r == NULL) return;
         /* A request a kept-alive connection dropped unanswered goes out on a new connection
@@ -1136,8 +1170,9 @@ static void cancel_everything(Engine *e) {
     }
 }
 
-static int wait_ms(Engine *e, double t) {
-    double soonest = 0;
+/* How long epoll may sleep: until the soonest connection's deadline, or `soonest` (a batch's
+ * hold ending) if that is sooner and not 0. */
+static int wait_ms(Engine *e, double t, double soonest) {
     for (int i = 0; i < e->max_conns; i++) {
         double d = e->conns[i].deadline;
         if (e->conns[i].req && d > 0 && (soonest == 0 || d < soonest)) soonest = d;
@@ -1157,8 +1192,10 @@ static void *engine_main(void *arg) {
         if (stopping) break;
         if (cancelling) cancel_everything(e);
         dispatch(e);
-        announce(e); /* the last round's completions (and dispatch's), before sleeping */
-        int n = epoll_wait(e->epoll, events, 64, wait_ms(e, now()));
+        /* the last round's completions (and dispatch's), before sleeping; a batch not yet
+         * gathered is looked at again when its oldest has waited the waiter's hold */
+        double again = announce(e);
+        int n = epoll_wait(e->epoll, events, 64, wait_ms(e, now(), again));
         for (int i = 0; i < n; i++) {
             conn *c = events[i].data.ptr;
             if (c == NULL) { /* the eventfd: new requests, a cancel or stop */
@@ -1219,6 +1256,8 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     e->addr_len = found->ai_addrlen;
     freeaddrinfo(found);
     e->max_conns = connections;
+    e->limit = connections;
+    e->want = 1;
     e->connect_timeout = connect_timeout;
     e->idle_timeout = idle_timeout;
     e->region = strdup(region);
@@ -1312,11 +1351,17 @@ static PyObject *Engine_submit(Engine *e, PyObject *args, PyObject *kw) {
     }
     Py_INCREF(tag);
     r->tag = tag;
+    /* A queue that was not empty needs no wake (an eventfd write here, an epoll round and a
+     * read there, per object): the engine was woken for its first request and dispatches in
+     * every round, and what it left queued waits for a connection, which only an event of the
+     * engine's own (or a raised set_limit, which wakes it) frees. */
+    int first = e->queue_head == NULL;
     if (e->queue_tail) e->queue_tail->next = r;
     else e->queue_head = r;
     e->queue_tail = r;
+    if (first) e->wakes++;
     pthread_mutex_unlock(&e->lock);
-    wake_engine(e);
+    if (first) wake_engine(e);
     Py_RETURN_NONE;
 }
 
@@ -1388,6 +1433,7 @@ static PyObject *completion(request *r) {
 static request *take_done(Engine *e) {
     request *r = e->done_head;
     e->done_head = e->done_tail = NULL;
+    e->done_count = 0;
     return r;
 }
 
@@ -1405,30 +1451,70 @@ static PyObject *completions(request *r) {
     return list;
 }
 
+static struct timespec timespec_of(double t) {
+    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    if (ts.tv_nsec < 0) ts.tv_nsec = 0;
+    return ts;
+}
+
+/* wait(timeout, least=1, hold=0.0): the completions queued, once at least `least` are or the
+ * oldest has been queued `hold` seconds, waiting up to `timeout` for that; [] if it did not
+ * happen by then (what is queued stays for the next call: nothing is dropped). interrupt()
+ * makes it return at once with whatever is queued. Meant for one waiting thread at a time;
+ * the engine wakes it by the `least` and `hold` of the last wait() to start. */
 static PyObject *Engine_wait(Engine *e, PyObject *args) {
-    double timeout;
-    if (!PyArg_ParseTuple(args, "d", &timeout)) return NULL;
+    double timeout, hold = 0;
+    int least = 1;
+    if (!PyArg_ParseTuple(args, "d|id", &timeout, &least, &hold)) return NULL;
     if (!e->started) {
         PyErr_SetString(PyExc_RuntimeError, "the engine was never started");
         return NULL;
     }
-    request *r;
+    if (least < 1) least = 1;
+    if (hold < 0) hold = 0;
+    request *r = NULL;
     Py_BEGIN_ALLOW_THREADS
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    double whole = timeout > 0 ? timeout : 0;
-    until.tv_sec += (time_t)whole;
-    until.tv_nsec += (long)((whole - (double)(time_t)whole) * 1e9);
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    double start = now();
+    double end = start + (timeout > 0 ? timeout : 0);
     pthread_mutex_lock(&e->lock);
-    while (e->done_head == NULL && !e->interrupted && timeout > 0) {
-        if (pthread_cond_timedwait(&e->ready, &e->lock, &until) == ETIMEDOUT) break;
+    e->want = least, e->hold = hold;
+    double t = start;
+    int ready;
+    while (!(ready = gathered(e, least, hold, t)) && !e->interrupted && t < end) {
+        /* the engine broadcasts once `least` are queued or the oldest's hold ended; a batch
+         * it announced before this wait() began is timed here */
+        double wake = e->done_head && e->done_first_at + hold < end ? e->done_first_at + hold : end;
+        struct timespec until = timespec_of(wake);
+        int timed_out = pthread_cond_timedwait(&e->ready, &e->lock, &until) == ETIMEDOUT;
+        t = now();
+        if (timed_out && wake >= end) {
+            ready = gathered(e, least, hold, t);
+            break;
+        }
     }
+    if (ready || e->interrupted) r = take_done(e);
     e->interrupted = 0;
-    r = take_done(e);
+    e->want = 1, e->hold = 0;
     pthread_mutex_unlock(&e->lock);
     Py_END_ALLOW_THREADS
     return completions(r);
+}
+
+/* set_limit(n): at most n requests on the wire from now on (1 <= n <= connections); those
+ * beyond wait in the queue. Lowering it lets the requests already sent finish. */
+static PyObject *Engine_set_limit(Engine *e, PyObject *args) {
+    int limit;
+    if (!PyArg_ParseTuple(args, "i", &limit)) return NULL;
+    if (not_running(e)) return NULL;
+    if (limit < 1) limit = 1;
+    if (limit > e->max_conns) limit = e->max_conns;
+    pthread_mutex_lock(&e->lock);
+    int raised = limit > e->limit;
+    e->limit = limit;
+    pthread_mutex_unlock(&e->lock);
+    if (raised) wake_engine(e); /* queued requests may go out now */
+    Py_RETURN_NONE;
 }
 
 static PyObject *Engine_set_credentials(Engine *e, PyObject *args) {
@@ -1489,10 +1575,11 @@ static PyObject *Engine_close(Engine *e, PyObject *unused) {
 static PyObject *Engine_stats(Engine *e, PyObject *unused) {
     pthread_mutex_lock(&e->lock);
     long long connects = e->connects, requests = e->requests, resends = e->resends;
+    long long wakes = e->wakes;
     pthread_mutex_unlock(&e->lock);
     long long epoll_calls = __atomic_load_n(&e->epoll_calls, __ATOMIC_RELAXED);
-    return Py_BuildValue("{sLsLsLsL}", "connects", connects, "requests", requests, "resends",
-                         resends, "epoll_calls", epoll_calls);
+    return Py_BuildValue("{sLsLsLsLsL}", "connects", connects, "requests", requests, "resends",
+                         resends, "epoll_calls", epoll_calls, "wakes", wakes);
 }
 
 static void Engine_dealloc(Engine *e) {
@@ -1523,7 +1610,11 @@ static void Engine_dealloc(Engine *e) {
 static PyMethodDef Engine_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))Engine_submit, METH_VARARGS | METH_KEYWORDS,
      "Queue a GET; its body goes to fd at offset. fd must stay open until its completion."},
-    {"wait", (PyCFunction)Engine_wait, METH_VARARGS, "Every completion ready, waiting up to timeout."},
+    {"wait", (PyCFunction)Engine_wait, METH_VARARGS,
+     "The completions queued, once `least` are or the oldest is `hold` seconds old; waiting up "
+     "to timeout."},
+    {"set_limit", (PyCFunction)Engine_set_limit, METH_VARARGS,
+     "At most n requests on the wire (the rest wait in the queue)."},
     {"set_credentials", (PyCFunction)Engine_set_credentials, METH_VARARGS,
      "Sign later requests with these."},
     {"interrupt", (PyCFunction)Engine_interrupt, METH_NOARGS,
@@ -1532,7 +1623,7 @@ static PyMethodDef Engine_methods[] = {
      "Complete every queued and in-flight request with ECANCELED."},
     {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop and join the engine thread."},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS,
-     "Connections opened, requests, resends, epoll_ctl calls."},
+     "Connections opened, requests, resends, epoll_ctl calls, wakes by submit()."},
     {NULL, NULL, 0, NULL},
 };
 

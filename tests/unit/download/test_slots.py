@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from prefetchd.download.adaptive import AdaptiveLimit
 from prefetchd.download.slots import Slots
 
 
@@ -42,3 +43,15 @@ def test_many_threads_releasing_give_back_every_slot() -> None:
     for thread in threads:
         thread.join()
     assert sum(slots.acquire(timeout=0) for _ in range(65)) == 64
+
+
+def test_extra_slots_open_only_while_the_adaptive_limit_is_at_its_ceiling() -> None:
+    """The native client queues ``extra`` requests beyond the wire's limit in its engine; once
+    the store throttles, the limit bounds every request taken, queued or not."""
+    limit = AdaptiveLimit(4, clock=lambda: 100.0)
+    slots = Slots(6, limit, extra=2)
+    assert [slots.acquire(timeout=0) for _ in range(7)] == [True] * 6 + [False]
+    slots.release(6)
+    limit.throttle()  # 4 -> 2
+    assert limit.allowed == 2
+    assert [slots.acquire(timeout=0) for _ in range(3)] == [True, True, False]

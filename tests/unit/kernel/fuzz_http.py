@@ -102,11 +102,11 @@ def fuzz_parser(http: Any) -> None:
     print(f"parser: {EXAMPLES} examples agreed")
 
 
-def drain(engine: Any, count: int) -> list[Any]:
+def drain(engine: Any, count: int, least: int = 1, hold: float = 0.0) -> list[Any]:
     got: list[Any] = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        got += engine.wait(0.1)
+        got += engine.wait(0.1, least, hold)
         if len(got) >= count:
             return got
     raise AssertionError(f"{len(got)} of {count} completed")
@@ -129,9 +129,13 @@ def exercise_engine(http: Any) -> None:
         engine = http.Engine("127.0.0.1", server.port, 4, 5.0, 5.0, "us-east-1")
         engine.set_credentials("AKID", "SECRET", "TOKEN")
         fds = [os.open(Path(tmp) / str(i), os.O_RDWR | os.O_CREAT, 0o600) for i in range(30)]
+        engine.set_limit(2)  # the rest queued, and raised halfway: the queue's paths too
         for i, body in enumerate(bodies):
             engine.submit(i, "h", f"/b/{i}", fds[i], 0, len(body), len(body))
-        for tag, status, err, written, *_ in drain(engine, 30):
+            if i == 15:
+                engine.set_limit(4)
+        # gathered: batches of 4, the last ones after their hold
+        for tag, status, err, written, *_ in drain(engine, 30, 4, 0.002):
             if status == 200:
                 assert (err, written) == (0, len(bodies[tag])), (tag, err, written)
                 assert os.pread(fds[tag], written + 1, 0) == bodies[tag]

@@ -492,3 +492,87 @@ def test_a_connect_that_hangs_times_out(file: int) -> None:
             for filler in fillers:
                 filler.close()
     assert (status, err, written) == (0, errno.ETIMEDOUT, 0)
+
+
+def test_a_gathering_wait_hands_over_a_batch_and_drops_nothing(file: int) -> None:
+    """wait(timeout, least, hold): one wake for ``least`` completions; fewer are handed over once
+    the oldest has waited ``hold``; a wait that ends before either hands over nothing and what is
+    queued stays for the next (issue 28: a wake per object cost the downloader its CPU)."""
+    with Server(lambda *_: [ok(b"x" * 10)]) as server:
+        made = engine(server.port, connections=2)
+        try:
+            for i in range(6):
+                made.submit(i, "h", "/b/k", file, 0, 10, 10)
+            batch = made.wait(WAIT, 6, WAIT)  # the sixth completes well within WAIT
+            made.submit("late", "h", "/b/k", file, 0, 10, 10)
+            early = made.wait(0.5, 2, 3600.0)  # one request: never two, and not held an hour
+            kept = made.wait(WAIT)  # the default (least 1, hold 0): as soon as one is there
+            made.submit("held", "h", "/b/k", file, 0, 10, 10)
+            held = made.wait(WAIT, 8, 0.01)  # fewer than 8 ever: handed over after its hold
+        finally:
+            made.close()
+    assert sorted(c.tag for c in batch) == list(range(6))
+    assert all((c.status, c.err, c.written) == (200, 0, 10) for c in batch)
+    assert early == []
+    assert [c.tag for c in kept] == ["late"]
+    assert [c.tag for c in held] == ["held"]
+
+
+def test_an_interrupt_ends_a_gathering_wait_with_what_is_queued(file: int) -> None:
+    with Server(lambda *_: [ok(b"x" * 10)]) as server:
+        made = engine(server.port, connections=1)
+        try:
+            made.submit("a", "h", "/b/k", file, 0, 10, 10)
+            made.interrupt()
+            first = made.wait(WAIT, 5, 3600.0)  # returns at once: maybe before "a" completed
+            rest = [] if first else collect(made, 1)
+        finally:
+            made.close()
+    assert [c.tag for c in first or rest] == ["a"]
+
+
+def test_set_limit_bounds_the_requests_on_the_wire_and_queues_the_rest(tmp_path: Path) -> None:
+    """Four connections, limit 1: every request waits for the one before it, on one kept-alive
+    connection (the adaptive limit reaches the wire, not only the caller's queue); raised
+    again, everything queued goes out, on at most the engine's connections."""
+    fds = [os.open(tmp_path / f"{i}", os.O_RDWR | os.O_CREAT, 0o600) for i in range(12)]
+    with Server(lambda *_: [ok(b"y" * 100)]) as server:
+        made = engine(server.port, connections=4)
+        try:
+            made.set_limit(1)
+            for i in range(6):
+                made.submit(i, "h", "/b/k", fds[i], 0, 100, 100)
+            one_at_a_time = collect(made, 6)
+            connects_limited = made.stats()["connects"]
+            made.set_limit(99)  # clamped to the engine's 4 connections
+            for i in range(6, 12):
+                made.submit(i, "h", "/b/k", fds[i], 0, 100, 100)
+            collect(made, 6)
+            connects = made.stats()["connects"]
+        finally:
+            made.close()
+            for fd in fds:
+                os.close(fd)
+    assert sorted(c.tag for c in one_at_a_time) == list(range(6))
+    assert all((c.status, c.written) == (200, 100) for c in one_at_a_time)
+    assert connects_limited == 1
+    assert connects <= 4
+
+
+def test_a_request_queued_behind_others_does_not_wake_the_engine(file: int) -> None:
+    """submit() writes the engine's eventfd only for a request that finds the queue empty: one
+    queued behind another waits for a connection, which only the engine's own events free
+    (issue 28: an eventfd write and an epoll round per object)."""
+    with Server(lambda *_: [HANG]) as server:
+        made = engine(server.port, connections=1)
+        try:
+            for i in range(8):
+                made.submit(i, "h", "/b/k", file, 0, 10, 10)
+            wakes = made.stats()["wakes"]
+            made.cancel_all()
+            done = collect(made, 8)
+        finally:
+            made.close()
+    # the first request's, and the second's if the engine took the first before it came
+    assert 1 <= wakes <= 2, wakes
+    assert sorted(c.tag for c in done) == list(range(8))
