@@ -23,7 +23,8 @@ downloader's CPU per small object (``perf``, docs/benchmarks.md). A spare is an 
 Nothing of the exactly-once protocol (``exactly_once/__init__.py``) changes: a spare holds no
 data and no name of an object; a ``.part`` or meta made from a spare is the same file, mode
 0600, at the same name, as one created new. A writer that stops deletes the spares in ``.tmp``
-(``SpareGiver.clear``: a drained or finished daemon leaves nothing there); a crash leaves
+(``SpareGiver.clear``), and the supervisor once every child has stopped (``delete_spares``: a
+drained or finished daemon leaves nothing there); a crash leaves
 at most empty spares, which the downloader's start-up sweep deletes with every other file there
 that is not a logged ``.part`` (``download/restart.py``), as the job's wipe does
 (``layout.is_own_file``).
@@ -120,20 +121,27 @@ class SpareGiver:
         self.next = (self.next + 1) % MAX_SPARES
 
     def clear(self) -> None:
-        """Delete every spare the downloader did not take, when this writer stops: a drained
-        or finished daemon leaves no file in ``.tmp``. Every writer's, not only its own: a
-        writer SIGKILLed after its last object is not restarted once the job is done, and the
-        last writer to stop deletes what it left (the soak test's). A spare another writer
-        gives later is only a file the downloader makes again; one taken meanwhile is no
-        longer a spare's name, and is not touched."""
-        try:
-            names = os.listdir(self.tmp_dir)
-        except FileNotFoundError:
-            return
-        for name in names:
-            if is_spare(name):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{self.tmp_dir}/{name}")
+        """Delete every spare the downloader did not take, when this writer stops: every
+        writer's, not only its own (``delete_spares``). A spare another writer gives later
+        is only a file the downloader makes again; one taken meanwhile is no longer a spare's
+        name, and is not touched. The supervisor sweeps once more when every child is gone."""
+        delete_spares(self.tmp_dir)
+
+
+def delete_spares(tmp_dir: str | Path) -> None:
+    """Delete the spares in ``tmp_dir``: a drained or finished daemon leaves no file in
+    ``.tmp``. A writer does when it stops (``SpareGiver.clear``); the supervisor does once every
+    child has stopped, for the spares a writer gave after the last one alive cleared — a writer
+    SIGKILLed after giving them is not restarted once the job is done (the soak test found
+    such spares left)."""
+    try:
+        names = os.listdir(tmp_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if is_spare(name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{tmp_dir}/{name}")
 
 
 class Spares:

@@ -41,8 +41,8 @@ on only writer i reads it. **It publishes a shard** (``Publisher.publish``, ``wr
    spare in ``cache_dir/.tmp`` (``spares.py``), which the downloader renames (never over an
    existing file) into its next ``.part`` or meta instead of creating one. To every step above
    and below a spare is a deleted file: it holds no bytes and no name of an object; a writer
-   that stops deletes the spares in ``.tmp``, and start-up sweeps those a crash left with
-   every other unlogged file in ``.tmp``.
+   that stops deletes the spares in ``.tmp``, the supervisor does once every child has
+   stopped, and start-up sweeps those a crash left with every other unlogged file in ``.tmp``.
 
 A ledger line without its journal line names a shard that was never committed: a shard counts
 as published only if the writer's last journal entry covers it (``ledger.published_shards``).

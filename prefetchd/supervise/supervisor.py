@@ -30,6 +30,7 @@ from prefetchd.messages.status_record import DaemonState
 from prefetchd.owner import Ownership
 from prefetchd.roles.shell import child_main
 from prefetchd.roles.table import ROLES
+from prefetchd.spares import delete_spares
 from prefetchd.supervise.children import Child, ChildProcess, Lifecycle
 from prefetchd.supervise.deliveries import Deliveries
 from prefetchd.supervise.epochs import EpochBooks
@@ -126,6 +127,8 @@ class Supervisor:
         """Stop the children, take their last words, write the last status, let go of the
         watches, the fence's lock and the directories."""
         self.lifecycle.stop(STOP_GRACE)
+        if self._fence is not None:  # ours (started): no child of this job runs any more
+            delete_spares(self.layout.cache_tmp)
         self._collect_reports()  # the children's last words: final counters
         if self.state is DaemonState.DONE:
             # only now: a writer's last quarantine may not have been reported at done

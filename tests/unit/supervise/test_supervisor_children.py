@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -530,3 +531,44 @@ def test_a_failure_in_the_last_tick_is_not_reported_done(supervisor: Supervisor)
     supervisor._reap_and_restart()
     supervisor._check_done()
     assert supervisor.state is DaemonState.FAILED
+
+
+class _Owned:
+    """The ownership of a started job, as ``_shut_down`` lets go of it."""
+
+    def close(self) -> None:
+        pass
+
+
+def test_spares_a_killed_writer_left_are_deleted_once_every_child_has_stopped(
+    supervisor: Supervisor, dummy: Dummy, tmp_path: Path
+) -> None:
+    """A writer SIGKILLed after giving spares is not restarted once the job is done, and the
+    writer that stopped last cleared before them: the supervisor, the one process that outlives
+    every child, leaves no spare in ``.tmp`` (the soak test found some left)."""
+    all_ready(supervisor, dummy)
+    supervisor.layout.create()
+    tmp = supervisor.layout.cache_tmp
+    spares = [tmp / "spare-w1-22", tmp / "spare-w0-5"]
+    for spare in spares:
+        spare.touch()
+    other = tmp / "not-a-spare.part"
+    other.write_bytes(b"x")
+    process(by_name(supervisor, "writer-1")).kill()
+    supervisor._fence = os.open(tmp_path / "fence", os.O_CREAT | os.O_RDWR, 0o600)
+    supervisor.ownership = _Owned()  # type: ignore[assignment]
+    supervisor._shut_down()
+    assert not any(spare.exists() for spare in spares)
+    assert other.exists(), "only spares: a .part is the downloader's start-up sweep's"
+
+
+def test_a_supervisor_that_did_not_start_deletes_no_spares(
+    supervisor: Supervisor, tmp_path: Path
+) -> None:
+    """Refused at start-up (another daemon owns these directories): their spares are not its."""
+    supervisor.layout.create()
+    tmp = supervisor.layout.cache_tmp
+    (tmp / "spare-w0-1").touch()
+    supervisor.ownership = _Owned()  # type: ignore[assignment]
+    supervisor._shut_down()
+    assert (tmp / "spare-w0-1").exists()
