@@ -123,7 +123,9 @@ class Mixer:
     def _changed(self) -> None:
         """The set of objects to choose from changed: the choices drawn ahead and the list
         of mixable objects are thrown away."""
-        self.choices.discard()
+        choices = self.choices
+        if choices.picks or choices.picks_from or choices.draw_from:  # else a no-op: no call
+            choices.discard()
         self._mixable = None
 
     def order_state(self) -> dict[str, object]:

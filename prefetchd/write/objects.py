@@ -114,6 +114,7 @@ class OpenObject:
     # A one-record object's lane (``ObjectReader.open``): its format's ``one_frame``, which
     # ``start`` takes its one batch from; ``batches`` is then empty.
     one_frame: Callable[[str, str | Path], Frames] | None = None
+    meta_path: str = ""  # its meta's file, as ``open`` read it ("": unknown, ``delete`` joins it)
 
     def held(self) -> int:
         """The bytes this object keeps in memory: its current batch and its iterator's."""
@@ -185,7 +186,7 @@ class ObjectReader:
             # the lane of a one-record object (``raw``): no seed, no shuffle, no generator;
             # ``start`` takes its one batch in one call (``RawFormat.one_frame``)
             obj = OpenObject(name, key, parsed[0], path, _NO_BATCHES, one_frame=one_frame)
-            obj.meta, obj.source = meta, source
+            obj.meta, obj.source, obj.meta_path = meta, source, meta_path
             return obj
         holding = Holding()
         if self.config.epochs.shuffle and not one_record(fmt):
@@ -204,7 +205,7 @@ class ObjectReader:
             # resumed on another number of hosts: these records were trained before
             batches = without(batches, skip)
         obj = OpenObject(name, key, parsed[0], path, batches, taken=resume_at, holding=holding)
-        obj.meta, obj.source = meta, source
+        obj.meta, obj.source, obj.meta_path = meta, source, meta_path
         return obj
 
     def start(self, obj: OpenObject) -> None:
@@ -292,9 +293,10 @@ class ObjectReader:
         self.counters["bytes_quarantined"] += size
         self.counters[_REASON_COUNTER[reason]] += 1
 
-    def delete(self, name: str) -> None:
-        """Remove a claimed object's meta, then its bytes (a meta whose object is gone then
-        always means the object vanished): each emptied and left to the downloader as a spare
+    def delete(self, name: str, meta_path: str = "") -> None:
+        """Remove a claimed object's meta (at ``meta_path`` if given: ``OpenObject.meta_path``,
+        not joined again per object), then its bytes (a meta whose object is gone then always
+        means the object vanished): each emptied and left to the downloader as a spare
         (``spares.py``), or deleted."""
-        for path in (self.layout.meta_file(name), self.claimed(name)):
+        for path in (meta_path or self.layout.meta_file(name), self.claimed(name)):
             self.spares.give(path)

@@ -27,12 +27,6 @@ from prefetchd.write.objects import OpenObject
 RATE_SCALE = 1 << 32  # the rates of the sources present add up to about this
 
 
-def listed_size(obj: OpenObject) -> int:
-    """The object's size as listed (its meta's ``size``), 0 if unknown."""
-    size = obj.meta.get("size")
-    return size if isinstance(size, int) and size > 0 else 0
-
-
 class SourceRates:
     """Per source: the records and frame bytes of the batches seen, the listed and frame
     bytes of its drained objects; per epoch: the listed bytes of the objects opened."""
@@ -64,7 +58,7 @@ class SourceRates:
         per_source = self.opened.setdefault(obj.epoch, [])
         if source >= len(per_source):
             per_source.extend([0] * (source + 1 - len(per_source)))
-        size = obj.meta.get("size")  # ``listed_size``, inline: once per object
+        size = obj.meta.get("size")  # its listed size: a positive int, else unknown
         if isinstance(size, int) and size > 0:
             per_source[source] += size
 
@@ -81,9 +75,10 @@ class SourceRates:
 
     def drained(self, obj: OpenObject) -> None:
         """``obj`` gave its last record: how its frames compare to its listed size."""
-        size = listed_size(obj)
-        if size and obj.seen_bytes:
-            self._grow(obj.source)
+        size = obj.meta.get("size")  # its listed size: a positive int, else unknown
+        if isinstance(size, int) and size > 0 and obj.seen_bytes:
+            if obj.source >= self.sources:
+                self._grow(obj.source)
             self.drained_listed[obj.source] += size
             self.drained_frames[obj.source] += obj.seen_bytes
 
