@@ -70,7 +70,10 @@ class RawFormat:
             batch = choice.KERNEL.frame_file_example(sample, fd, size)
         finally:
             os.close(fd)
-        return None if batch is None else Frames.of(*batch)
+        if batch is None:
+            return None
+        data, ends = batch  # ``Frames.of(*batch)``, inline: per small object
+        return Frames(data, memoryview(ends).cast("B").cast("Q"))
 
     def _checked_size(self, key: str, size: int) -> int:
         """An uncompressed object's ``size``; raises ``RecordTooLarge`` over the limit."""
