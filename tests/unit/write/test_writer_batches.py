@@ -275,9 +275,10 @@ def test_a_small_raw_object_costs_the_writer_a_bounded_number_of_python_calls(
     # parsed inline/in one ``group``, a finished object's meta path kept from its opening;
     # 136 now: a step's shard write makes its byte views and total by ``map`` and, when one
     # ``writev`` took it all, passes over its parts no more (``shards._write_all``), a raw
-    # object's frame is made without ``Frames.of``. A per-object addition, or a Python call
-    # back in a pass over the open objects, shows here
+    # object's frame is made without ``Frames.of``; 134: a drained one-record object raises
+    # no StopIteration, its holding is measured inline. A per-object addition, or a Python
+    # call back in a pass over the open objects, shows here
     assert calls["__len__"] <= 5 * objects, "Frames.__len__ called in a pass over the objects"
     # the only seeded generator is the mixing's, once per epoch: none per one-record object
     assert calls["stable_hash"] <= 2 and calls["shuffled_frames"] == 0
-    assert total / objects < 140, f"{total / objects:.0f} Python calls per object"
+    assert total / objects < 138, f"{total / objects:.0f} Python calls per object"
