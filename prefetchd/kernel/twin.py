@@ -382,19 +382,23 @@ def interleave_views(
     # Views of the picked sources only, made at their first pick: a step picks a few of the
     # open objects (~8 of 64 small raw objects), and viewing all of them cost more than the
     # step's own work.
-    viewed: dict[int, tuple[memoryview, memoryview]] = {}
+    # Per pick no call but the append: the picks' count once, a source's frame count with
+    # its views (the writer's small objects pay this per record: ``test_writer_batches``).
+    viewed: dict[int, tuple[memoryview, memoryview, int]] = {}
     cur, pk = _u64(cursors), _u32(picks)
     out: list[memoryview] = []
-    total, stop = 0, start
-    while stop < len(pk) and total < limit:
+    total, stop, picked = 0, start, len(pk)
+    while stop < picked and total < limit:
         s = pk[stop]
         c = cur[s]
-        pair = viewed.get(s)
-        if pair is None:
+        if s in viewed:
+            view, ends, count = viewed[s]
+        else:
             data, ends_of = sources[s]
-            pair = viewed[s] = (memoryview(data), _u64(ends_of))
-        view, ends = pair
-        if c >= len(ends):
+            ends = memoryview(ends_of).cast("B").cast("Q")  # ``_u64``, inline
+            view, count = memoryview(data), len(ends)
+            viewed[s] = (view, ends, count)
+        if c >= count:
             break  # the caller refills source s
         begin = ends[c - 1] if c else 0
         out.append(view[begin : ends[c]])

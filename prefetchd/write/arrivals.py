@@ -81,7 +81,8 @@ class Arrivals:
                 self.listing.pop(i)
                 continue
             epoch, seq, _ = parsed
-            if not self.my_turn(seq) and now - self.listed_at >= STEAL_AFTER:
+            # ``my_turn(seq)``, inline: per object, as in ``_pick``
+            if seq % self.writers != self.index and now - self.listed_at >= STEAL_AFTER:
                 self.list(force=True)  # the writer whose turn it is may have taken it since
                 continue
             if epoch != current:
@@ -104,9 +105,10 @@ class Arrivals:
         seconds (busy, or down: no object waits long for one writer). Each arrival wakes every
         writer; when all of them took the first name they saw, all but one renamed it in vain,
         once per object per extra writer."""
+        writers, index = self.writers, self.index
         for i, name in enumerate(self.listing[: self.peek]):
             parsed = parse_object_name(name)
-            if parsed is None or self.my_turn(parsed[1]):
+            if parsed is None or parsed[1] % writers == index:  # ``my_turn``, inline: per name
                 return i
             if now - self.first_seen.get(name, now) >= STEAL_AFTER:
                 return i

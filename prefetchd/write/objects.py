@@ -29,6 +29,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prefetchd.atomic import read_small
 from prefetchd.child.context import ChildContext
@@ -76,6 +77,10 @@ def batch_bytes(mix: int) -> int:
     return min(BATCH_BYTES, max(MIN_BATCH_BYTES, MIX_BATCH_BYTES // mix))
 
 
+# what json.loads runs on a meta, less its checks (typeshed does not know the attribute)
+_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_NO_BATCHES: Iterator[Frames] = iter(())  # a one-record object's batches after its one
+
 _REASON_COUNTER: dict[Reason, QuarantineCounter] = {
     Reason.CORRUPT: "quarantined_corrupt",
     Reason.TOO_LARGE: "quarantined_too_large",
@@ -106,6 +111,10 @@ class OpenObject:
     measured_bytes: int = 0
     seen_records: int = 0  # records and frame bytes of the batches it gave the mixer so far
     seen_bytes: int = 0  # (the mixer's records per byte of its source: mixing.SourceRates)
+    # A one-record object's lane (``ObjectReader.open``): its format's ``one_frame``, which
+    # ``start`` takes its one batch from; ``batches`` is then empty.
+    one_frame: Callable[[str, str | Path], Frames] | None = None
+    meta_path: str = ""  # its meta's file, as ``open`` read it ("": unknown, ``delete`` joins it)
 
     def held(self) -> int:
         """The bytes this object keeps in memory: its current batch and its iterator's."""
@@ -137,6 +146,11 @@ class ObjectReader:
         self.claimed = claimed
         self.report = report  # called while a large object is checked: stay visibly alive
         self.shuffle_bytes = shuffle_bytes(self.config.output.mix)
+        # per source: its format's ``one_frame`` if it has one (``raw``), for the lane of
+        # one-record objects (``open``)
+        self.one_frame: list[Callable[[str, str | Path], Frames] | None] = [
+            getattr(fmt, "one_frame", None) for fmt in formats
+        ]
         self.attempts = ParseAttempts(layout.parse_attempts_file(index))
         # A finished object's files become spares for the downloader's next ones (spares.py);
         # with download.keep its bytes may be hard-linked into keep/: those are deleted.
@@ -152,7 +166,13 @@ class ObjectReader:
         try:
             # decoded here: json.loads of bytes first guesses their encoding in Python, and
             # a meta is the downloader's json.dumps, ASCII (UnicodeDecodeError is a ValueError)
-            meta = json.loads(read_small(meta_path).decode())
+            text = read_small(meta_path).decode()
+            try:  # json.loads' own scanner, called straight: 2 calls where loads makes 10
+                meta, end = _SCAN_JSON(text, 0)
+            except StopIteration:  # not JSON at its first character
+                end = -1
+            if end != len(text):  # whitespace around it, or not JSON: as json.loads has it
+                meta = json.loads(text)
             key = meta["key"]
         except (OSError, ValueError, KeyError, TypeError):
             meta, key = {}, f"<unknown key of {name}>"
@@ -160,6 +180,14 @@ class ObjectReader:
         if not isinstance(source, int) or not 0 <= source < len(self.formats):
             source = 0
         fmt = self.formats[source]
+        skip = meta.get("skip")
+        one_frame = self.one_frame[source]
+        if one_frame is not None and resume_at == 0 and not (isinstance(skip, list) and skip):
+            # the lane of a one-record object (``raw``): no seed, no shuffle, no generator;
+            # ``start`` takes its one batch in one call (``RawFormat.one_frame``)
+            obj = OpenObject(name, key, parsed[0], path, _NO_BATCHES, one_frame=one_frame)
+            obj.meta, obj.source, obj.meta_path = meta, source, meta_path
+            return obj
         holding = Holding()
         if self.config.epochs.shuffle and not one_record(fmt):
             batches = shuffled_object_frames(
@@ -173,18 +201,20 @@ class ObjectReader:
             )
         else:
             batches = object_frames(fmt, key, path)
-        skip = meta.get("skip")
         if isinstance(skip, list) and skip:
             # resumed on another number of hosts: these records were trained before
             batches = without(batches, skip)
         obj = OpenObject(name, key, parsed[0], path, batches, taken=resume_at, holding=holding)
-        obj.meta, obj.source = meta, source
+        obj.meta, obj.source, obj.meta_path = meta, source, meta_path
         return obj
 
     def start(self, obj: OpenObject) -> None:
         """Read ``obj`` through first if it needs it (``_validate``), then up to its first
         record not yet taken (``obj.taken``, from the journal). Raises what parsing raises."""
         resume_at, obj.taken, obj.started = obj.taken, 0, True
+        if obj.one_frame is not None:  # a one-record object, from its start (``open``)
+            obj.frames = obj.one_frame(obj.key, obj.path)  # whole or raised: nothing to check
+            return
         if resume_at == 0 and not self._checked_whole(obj):
             self._validate(obj)
         self.skip(obj, resume_at)  # which also reads the first batch
@@ -263,9 +293,10 @@ class ObjectReader:
         self.counters["bytes_quarantined"] += size
         self.counters[_REASON_COUNTER[reason]] += 1
 
-    def delete(self, name: str) -> None:
-        """Remove a claimed object's meta, then its bytes (a meta whose object is gone then
-        always means the object vanished): each emptied and left to the downloader as a spare
+    def delete(self, name: str, meta_path: str = "") -> None:
+        """Remove a claimed object's meta (at ``meta_path`` if given: ``OpenObject.meta_path``,
+        not joined again per object), then its bytes (a meta whose object is gone then always
+        means the object vanished): each emptied and left to the downloader as a spare
         (``spares.py``), or deleted."""
-        for path in (self.layout.meta_file(name), self.claimed(name)):
+        for path in (meta_path or self.layout.meta_file(name), self.claimed(name)):
             self.spares.give(path)

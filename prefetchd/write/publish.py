@@ -157,7 +157,7 @@ class Publisher:
             self.commit.counter += 1
             self.clock.shard_published()
         for obj in self.mixer.finished:
-            self.reader.delete(obj.name)
+            self.reader.delete(obj.name, obj.meta_path)
         self.mixer.finished.clear()
         self.shard = None
         self.composition = Composition()

@@ -21,6 +21,7 @@ import logging
 import os
 import zlib
 from collections.abc import Callable, Sequence
+from operator import methodcaller
 from pathlib import Path
 
 from prefetchd.atomic import create_exclusive
@@ -33,12 +34,23 @@ log = logging.getLogger(__name__)
 
 _IOV_MAX = 1024  # Linux's limit on the buffers of one writev
 GZIP_LEVEL = 6  # zlib's default: the usual trade of CPU for size
+_VIEW: Callable[[bytes | memoryview], memoryview] = memoryview
+_AS_BYTES: Callable[[memoryview], memoryview] = methodcaller("cast", "B")
 
 
-def _write_all(fd: int, parts: Sequence[bytes | memoryview], disk_full: Callable[[], None]) -> None:
-    """``os.writev`` until every byte is written (a write may be partial); on ENOSPC (nothing
-    of that call written) ``disk_full()`` waits, then the rest is written again."""
-    views = [memoryview(p).cast("B") for p in parts]
+def _byte_views(parts: Sequence[bytes | memoryview]) -> list[memoryview]:
+    """``parts`` as byte views, made by ``map``: with small records the views path writes one
+    part per record, and a Python call per part cost each small object one."""
+    return list(map(_AS_BYTES, map(_VIEW, parts)))
+
+
+def _write_all(
+    fd: int, views: list[memoryview], disk_full: Callable[[], None], total: int = -1
+) -> None:
+    """``os.writev`` of ``views`` (``_byte_views``; ``total`` bytes, if known) until every byte
+    is written (a write may be partial); on ENOSPC (nothing of that call written)
+    ``disk_full()`` waits, then the rest is written again. A first write that took all of
+    ``total``, the usual case, returns without a pass over the parts."""
     while views:
         try:
             done = os.writev(fd, views[:_IOV_MAX])
@@ -47,6 +59,9 @@ def _write_all(fd: int, parts: Sequence[bytes | memoryview], disk_full: Callable
                 raise
             disk_full()
             continue
+        if done == total and len(views) <= _IOV_MAX:
+            return
+        total = -1  # the rest's size is not kept
         while views and done >= len(views[0]):
             done -= len(views[0])
             views.pop(0)
@@ -82,9 +97,10 @@ class ShardFile:
             for part in parts:
                 self._write(self._gzip.compress(part))
         else:
-            total = sum(len(memoryview(p)) for p in parts)
+            views = _byte_views(parts)
+            total = sum(map(len, views))  # byte views: their lengths are bytes
             self._reserve(self.size + total)
-            _write_all(self._fd, parts, self.budget.disk_full)
+            _write_all(self._fd, views, self.budget.disk_full, total)
             self.size += total
         self.records += count
 
@@ -97,7 +113,7 @@ class ShardFile:
         tens of KiB, written as they come)."""
         if chunk:
             self._reserve(self.size + len(chunk))
-            _write_all(self._fd, [chunk], self.budget.disk_full)
+            _write_all(self._fd, _byte_views([chunk]), self.budget.disk_full, len(chunk))
             self.size += len(chunk)
 
     def finish(self) -> None:

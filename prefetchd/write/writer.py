@@ -267,10 +267,12 @@ class Writer:
         """Open objects up to ``output.mix`` while they hold less than ``MIX_MEMORY``, but none
         while one is holding a large batch."""
         mix, mixer = self.config.output.mix, self.mixer
+        # ``held_bytes()`` read as the attribute it returns: this condition is checked once
+        # per object claimed (``holding_large`` stays a call: tests turn the bound off by it)
         while (
             len(mixer.open) < mix
             and not mixer.holding_large()
-            and (not mixer.open or mixer.held_bytes() < MIX_MEMORY)
+            and (not mixer.open or mixer.held_total < MIX_MEMORY)
         ):
             name = self._claim_next()
             if name is None:

@@ -37,34 +37,43 @@ class RawFormat:
         yield encode_example({"key": _key_bytes(key), "data": data})
 
     def frames(self, key: str, path: str) -> Iterator[Frames]:
-        """The one record of ``records``, framed in one call. An uncompressed object is read
-        straight into its frame (``frame_file_example``): no copy of its bytes in between."""
-        if compression_of(key) is None:
+        """The one record of ``records``, framed in one call (``one_frame``)."""
+        yield self.one_frame(key, path)
+
+    def one_frame(self, key: str, path: str | os.PathLike[str]) -> Frames:
+        """``frames``' one batch, returned: the writer's lane for a one-record object takes it
+        without a generator (``ObjectReader.start``). An uncompressed object is read straight
+        into its frame (``frame_file_example``): no copy of its bytes in between."""
+        if key[-3:] != ".gz" and key[-4:] != ".zst":  # ``compression_of(key) is None``
             batch = self._read_framed(key, path)
             if batch is not None:
-                yield batch
-                return
-        data = self._data(key, path, buffered=False)
+                return batch
+        data = self._data(key, os.fspath(path), buffered=False)
         sample = sorted_features({"key": _key_bytes(key), "data": data})
         frames = Frames.of(*choice.KERNEL.frame_examples([sample]))
         del data, sample  # not held twice while the writer holds the frame
-        yield frames
+        return frames
 
-    def _read_framed(self, key: str, path: str) -> Frames | None:
+    def _read_framed(self, key: str, path: str | os.PathLike[str]) -> Frames | None:
         """The uncompressed object's frame, its bytes read into it; None if it changed size
         while it was read (``_data`` then reads it the general way)."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            size = self._checked_size(key, os.fstat(fd).st_size)
-            # sorted, as sorted_features
+            size = os.fstat(fd).st_size
+            if size > self.max_record_size:
+                self._checked_size(key, size)  # raises
+            # sorted, as sorted_features; ``_key_bytes`` inline (once per small object)
             sample: list[tuple[bytes, FeatureValue | None]] = [
                 (b"data", None),
-                (b"key", _key_bytes(key)),
+                (b"key", key.encode("utf-8", "surrogateescape")),
             ]
             batch = choice.KERNEL.frame_file_example(sample, fd, size)
         finally:
             os.close(fd)
-        return None if batch is None else Frames.of(*batch)
+        if batch is None:
+            return None
+        data, ends = batch  # ``Frames.of(*batch)``, inline: per small object
+        return Frames(data, memoryview(ends).cast("B").cast("Q"))
 
     def _checked_size(self, key: str, size: int) -> int:
         """An uncompressed object's ``size``; raises ``RecordTooLarge`` over the limit."""

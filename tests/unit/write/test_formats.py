@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import sys
 import textwrap
 import uuid
@@ -150,8 +151,32 @@ def test_raw_frames_are_the_records_framed_and_tensorflow_reads_them(
         (batch,) = raw.frames(key, str(path))
         (record,) = raw.records(key, str(path))
         assert batch.data == frame(record)
+        lane = raw.one_frame(key, str(path))  # the writer's lane for one-record objects
+        assert (lane.data, list(lane.ends)) == (batch.data, list(batch.ends))
         written.append(batch.data)
     assert read_raw_shard(tmp_path / "shard.tfrecord", written) == objects
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_a_compressed_raw_objects_lane_frame_is_its_record_framed(
+    tmp_path: Path, suffix: str
+) -> None:
+    """The lane (``one_frame``) of a compressed raw object reads it decompressed, as
+    ``records`` does: the same frame byte for byte."""
+    data = bytes(range(256)) * 300
+    path = tmp_path / "obj"
+    if suffix == ".gz":
+        path.write_bytes(gzip.compress(data))
+    else:
+        zstd = pytest.importorskip("zstandard")
+        path.write_bytes(zstd.ZstdCompressor().compress(data))
+    raw = get_format("raw")
+    assert isinstance(raw, RawFormat)
+    key = f"dir/sample.bin{suffix}"
+    (record,) = raw.records(key, str(path))
+    lane = raw.one_frame(key, str(path))
+    assert lane.data == frame(record) and list(lane.ends) == [len(lane.data)]
+    assert read_raw_shard(tmp_path / "shard.tfrecord", [lane.data]) == {key: data}
 
 
 # --- plugins ----------------------------------------------------------------------------------

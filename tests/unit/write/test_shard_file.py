@@ -163,3 +163,33 @@ def test_a_claim_given_back_moves_under_the_budget_lock(layout: Layout) -> None:
     os.close(fd)
     mover.join(5)
     assert (layout.ram_ready / NAME).exists()
+
+
+@pytest.mark.parametrize("short", [False, True])
+def test_more_parts_than_one_writev_takes_are_written_whole_and_in_order(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, short: bool
+) -> None:
+    """The write of a step is one ``writev`` when it takes every byte (no pass over the
+    parts after it); past Linux's 1,024 buffers a call, or after a short write (``short``:
+    each call takes all but the last 5 bytes it was given), the rest follows without a byte
+    lost or repeated."""
+    real_writev = os.writev
+    calls = []
+
+    def counted_writev(fd: int, buffers: Any) -> int:
+        views = list(buffers)
+        calls.append(len(views))
+        if short and sum(map(len, views)) > 5:
+            last = views[-1]
+            if len(last) > 5:
+                return real_writev(fd, [*views[:-1], last[:-5]])
+        return real_writev(fd, views)
+
+    monkeypatch.setattr(os, "writev", counted_writev)
+    budget = RamBudget(layout, 64 * MiB, 4 * MiB, lambda: False)
+    shard = ShardFile(layout, NAME, budget)
+    parts = frames(2500, 7)
+    shard.write_frames([memoryview(p) for p in parts], len(parts))
+    shard.finish()
+    assert shard.tmp.read_bytes() == b"".join(parts)
+    assert max(calls) <= 1024 and len(calls) >= 3
