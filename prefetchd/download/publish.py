@@ -127,18 +127,18 @@ class Publisher:
                 room = self.window.limit - self.window.used
                 self.keeper.downloaded(job.epoch, obj, job.tmp, max(0, room), job.source)
             os.rename(job.tmp, f"{self._ready_dir}/{name}")
+            counters = self.counters
+            counters["objects_downloaded"] += 1
+            counters["bytes_downloaded"] += obj.size
+            figures = self.plan.figures  # SourceFigures.published's, inline
+            figures.objects[job.source] += 1
+            figures.bytes[job.source] += obj.size
+            self.plan.mark_done(job)  # in the try, as before: its marker write may hit ENOSPC
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
             Path(self.layout.meta_file(name)).unlink(missing_ok=True)
             return exc
-        counters = self.counters
-        counters["objects_downloaded"] += 1
-        counters["bytes_downloaded"] += obj.size
-        figures = self.plan.figures  # SourceFigures.published's, inline
-        figures.objects[job.source] += 1
-        figures.bytes[job.source] += obj.size
-        self.plan.mark_done(job)
         return None
 
     def note_unverified(self, job: Job) -> None:
