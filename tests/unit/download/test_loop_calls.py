@@ -165,3 +165,33 @@ def test_a_meta_is_the_same_bytes_json_dumps_wrote(
     if records_ok:
         meta["records_ok"] = True
     assert render_meta(job, mixed) == json.dumps(meta).encode()
+
+
+def test_the_writers_deletions_free_their_room_in_one_batch(config: Config) -> None:
+    """Each object a writer deleted from ``claimed/`` gives its room back to the account that
+    held it (downloads or kept copies), however many one read of the watch returns; an object
+    not in the window, or a file that is no claim, frees nothing."""
+    layout = Layout.of(config)
+    layout.create()
+    downloader = Downloader(ChildContext("downloader", config))
+    admission, window = downloader.admission, downloader.window
+    handoff = admission.handoff
+    names = [f"e00000-{seq:09d}-{seq:024x}" for seq in range(5)]
+    for name in names[:4]:
+        window.reserve(name, 1000)
+    handoff.reserve(names[4], 700)
+    later = "e00001-000000000-" + "f" * 24
+    window.reserve(later, 50)  # of the next epoch: not deleted
+    claims = [layout.writer_claims(0) + name for name in names]
+    for claim in [*claims, f"{layout.cache_claimed}/stray"]:
+        Path(claim).touch()
+    with (
+        Watch(layout.cache_claimed, IN_DELETE | IN_MOVED_FROM) as deletions,
+        Watch(layout.cache_ready, IN_DELETE) as vanished,
+    ):
+        admission.watch(deletions, vanished)
+        for claim in [*claims[1:], f"{layout.cache_claimed}/stray"]:
+            os.unlink(claim)
+        admission.apply_deletions(timeout=5)
+    assert window.used == 1000 + 50 and set(window.held) == {names[0], later}
+    assert handoff.used == 0 and not handoff.held
