@@ -195,7 +195,8 @@ class Spares:
                 return False
             self.listed_at = now
             try:
-                self.names.extend(n for n in os.listdir(self.tmp_dir) if is_spare(n))
+                # a list, not a generator: resuming one is a Python call per name listed
+                self.names.extend([n for n in os.listdir(self.tmp_dir) if is_spare(n)])
             except FileNotFoundError:  # no cache tree (a transfer used on its own): none
                 return False
             return bool(self.names)
