@@ -203,7 +203,8 @@ class Spares:
                 return False
             self.listed_at = now
             try:
-                self.names.extend(n for n in os.listdir(self.tmp_dir) if is_spare(n))
+                # a list, not a generator: resuming one is a Python call per name listed
+                self.names.extend([n for n in os.listdir(self.tmp_dir) if is_spare(n)])
             except FileNotFoundError:  # no cache tree (a transfer used on its own): none
                 return False
             return bool(self.names)
@@ -219,13 +220,24 @@ class Spares:
 
     def write_new(self, path: str | Path, data: bytes) -> bool:
         """``atomic.write_new``, from a spare where there is one: ``path`` created holding
-        ``data``; False, writing nothing, if it exists."""
+        ``data``; False, writing nothing, if it exists. ``create``'s and ``write_all``'s steps
+        inline (a meta per object: each call is per small object, issue 28)."""
+        name = str(path)
         try:
-            fd = self.create(path)
+            # take() when a spare is known or a listing is due (``listed_at`` read without the
+            # lock: it only grows, and ``_list`` checks again under it); no call otherwise.
+            if (
+                self.names or (self.works and time.monotonic() - self.listed_at >= RELIST_AFTER)
+            ) and self.take(name):
+                fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            else:
+                fd = os.open(name, os.O_WRONLY | _CREATE, 0o600)
         except FileExistsError:
             return False
         try:
-            write_all(fd, data)
+            written = os.write(fd, data)
+            if written < len(data):  # a short write (a signal, a full disk): the rest, or why
+                write_all(fd, data[written:])
         finally:
             os.close(fd)
         return True

@@ -62,14 +62,20 @@ class Admission:
         for event in self.vanished_watch.read_now():
             if not event.overflow:
                 self.vanished(event.name)
+        freed: list[str] = []  # released per batch of events: two calls per read, not object
         for event in self.deletions.read(timeout):
             if event.overflow:
+                self.window.release_all(freed)  # before the reset, which recounts from disk
+                self.handoff.release_all(freed)
+                freed.clear()
                 self.reset({**self.on_disk(), **self._in_flight_sizes()})
                 continue
             name = claimed_object(event.name)
             if name is not None:
-                self.window.release(name)
-                self.handoff.release(name)
+                freed.append(name)
+        if freed:
+            self.window.release_all(freed)
+            self.handoff.release_all(freed)
 
     def on_disk(self) -> dict[str, int]:
         """The sizes of the objects in ``ready/`` and ``claimed/``, by local name; notes those

@@ -24,7 +24,7 @@ import queue
 import time
 
 from prefetchd.budget import Window
-from prefetchd.child.context import ChildContext
+from prefetchd.child.context import PARENT_CHECK_INTERVAL, REPORT_INTERVAL, ChildContext
 from prefetchd.download.admission import Admission
 from prefetchd.download.handover import Handover
 from prefetchd.download.jobs import Job
@@ -43,6 +43,12 @@ from prefetchd.messages.activity import Activity
 from prefetchd.messages.counters import new_downloader_counters
 
 log = logging.getLogger(__name__)
+
+# How often the loop asks ``should_stop()`` (the supervisor's liveness; a stop signal sets
+# ``ctx.stopping``, read every turn), and looks again whether a report is due after one was
+# made elsewhere: each is a call per turn otherwise.
+STOP_CHECK_EVERY = PARENT_CHECK_INTERVAL
+REPORT_LOOK_EVERY = 0.05
 
 
 class Downloader:
@@ -81,6 +87,7 @@ class Downloader:
         self.signals = Signals.of(config)
         self.probe = self.retries.probe = Probe(config, self.signals)
         self._handled_at = 0.0  # time.monotonic() a job last settled (a stall wakes the probe)
+        self._report_due = 0.0  # time.monotonic() the loop next asks whether to report
         self.handover = Handover(
             keeper, self.counters, handoff, self.plan, self.publisher, self.active, self._handle
         )
@@ -145,56 +152,74 @@ class Downloader:
     # --- main loop ----------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        # Per turn, what is not due costs one comparison and no call: the checks that are
+        # about time (the stop check, the inotify watches, the probe, the report) are each
+        # made when their time comes, and the rest reads attributes (issue 28: the loop's
+        # Python calls were most of the downloader's CPU per small object).
         jobs = self.plan.jobs()
-        retries, admission, window = self.retries, self.admission, self.window
+        retries, admission, window, ctx = self.retries, self.admission, self.window, self.ctx
+        transfer, results, counters = self.transfer, self.publisher.results, self.counters
+        handover, active, monotonic = self.handover, self.active, time.monotonic
         current: Job | None = None
         exhausted = False
-        while not self.ctx.should_stop():
-            self._drain_results()
-            now = time.monotonic()
+        stop_due = 0.0  # when should_stop() is next asked (a signal sets ctx.stopping at once)
+        while True:
+            now = monotonic()
+            if now >= stop_due:
+                if ctx.should_stop():
+                    break
+                stop_due = now + STOP_CHECK_EVERY
+            elif ctx.stopping:
+                break
+            transfer.poll(0)  # settles on this thread, into results
+            if not results.empty():
+                self._drain_queue()
             if now >= admission.deletions_due:
                 admission.apply_deletions(timeout=0)
-            if self.active and now - self._handled_at >= STALLED:
+            if active and now - self._handled_at >= STALLED:
                 self.probe.kick()  # nothing settled for a while: does the store answer?
-            if current is None:
+            if current is None and retries.queue:
                 current = retries.next_due(now)
             if current is None and not exhausted:
                 current = next(jobs, None)
                 exhausted = current is None
             if current is None:
-                if exhausted and not self.active and not retries.queue:
-                    self.counters["activity"] = Activity.FINISHED
+                if exhausted and not active and not retries.queue:
+                    counters["activity"] = Activity.FINISHED
                     self._report()
                     admission.apply_deletions(timeout=0.2)
                     continue
                 self._wait(0.05)
                 continue
             if now < retries.paused_until and not retries.ends_early(now):
-                self.counters["activity"] = Activity.PAUSED
-                self.counters["activity_detail"] = retries.pause_reason
+                counters["activity"] = Activity.PAUSED
+                counters["activity_detail"] = retries.pause_reason
                 self._wait(0.1)
                 continue
             if current.fd < 0 and current.next_part == 0:
-                served = self.handover.serve(current)
-                if served is not False:
-                    if served is None:
-                        self._wait(0.05)
-                    current = None if served else retries.prefer_held(current, now)
-                    continue
-                if not window.fits(current.obj.size, current.name):
+                if handover.keeper is not None:
+                    served = handover.serve(current)
+                    if served is not False:
+                        if served is None:
+                            self._wait(0.05)
+                        current = None if served else retries.prefer_held(current, now)
+                        continue
+                size, name = current.obj.size, current.name
+                if not window.fits(size, name):
                     admission.apply_deletions(timeout=0)  # not yet read: maybe room was freed
-                if not window.fits(current.obj.size, current.name):
-                    current = retries.prefer_held(current, now)
-                    self.counters["activity"] = Activity.WAITING_FOR_WINDOW
-                    self._wait(0.05)
-                    continue
-                window.reserve(current.name, current.obj.size)
-                self.transfer.prepare(current)
-                self.active[current.name] = current
-            self.counters["activity"] = Activity.DOWNLOADING
-            if self.transfer.submit_parts(current, timeout=0.05):
+                    if not window.fits(size, name):
+                        current = retries.prefer_held(current, now)
+                        counters["activity"] = Activity.WAITING_FOR_WINDOW
+                        self._wait(0.05)
+                        continue
+                window.reserve(name, size)
+                transfer.prepare(current)
+                active[name] = current
+            counters["activity"] = Activity.DOWNLOADING
+            if transfer.submit_parts(current, timeout=0.05):
                 current = None
-            self._report()
+            if now >= self._report_due:
+                self._report()
 
     def _wait(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for a job to settle, and handle what did; if none,
@@ -215,7 +240,10 @@ class Downloader:
 
     def _report(self) -> None:
         if not self.ctx.report_due():
-            return  # the loop calls this per step; the figures are only needed when published
+            # Reported since (forced, say): look again soon; the loop asks only once due.
+            self._report_due = time.monotonic() + REPORT_LOOK_EVERY
+            return  # the figures are only needed when published
+        self._report_due = time.monotonic() + REPORT_INTERVAL
         self.counters["window_bytes"] = self.window.used
         self._source_figures()
         self._report_signals()
@@ -267,8 +295,11 @@ class Downloader:
         if job.error is None:
             job.error = self.publisher.try_publish(job)
             if job.error is None:
-                self.retries.published()
-                self.publisher.note_unverified(job)
+                retries = self.retries
+                if retries.consecutive_faults or retries.ended_early:
+                    retries.published()  # nothing to reset on most objects: no call
+                if job.unverified is not None:
+                    self.publisher.note_unverified(job)
                 return
         self.publisher.discard(job)
         if self.ctx.stopping:

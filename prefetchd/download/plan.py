@@ -137,10 +137,29 @@ class EpochPlan:
                     "epoch_bytes_done": done_bytes,
                 }
             )
+            # One source: job_at's steps inline, with what is the same for the whole epoch
+            # looked up once (its order, the share, the bucket, the remainder's skips), not per
+            # object (issue 28: a Python call less per step is CPU per small object).
+            mixed, layout, keeper = self.config.mixed, self.layout, self.keeper
+            order = None if mixed else self._order_of(epoch)
+            share, bucket = self.share, self.config.source.bucket
+            remainder = self.remainder
+            skips = remainder.skips if remainder is not None and remainder.epoch == epoch else None
+            finished = progress.finished
             for seq in range(total):
-                if progress.finished[seq]:
+                if finished[seq]:
                     continue  # published or skipped before a restart
-                job = self.job_at(epoch, seq)
+                if order is None:
+                    job = self.job_at(epoch, seq)
+                else:
+                    row = order[seq]
+                    obj = share[row]
+                    if keeper is not None:
+                        obj = keeper.current(row, obj)
+                    name = object_name(epoch, seq, key_hash(bucket, obj.key))
+                    job = Job(epoch, seq, obj, name, layout.download_part(name))
+                    if skips is not None:
+                        job.skip = skips.get(row)
                 if first:
                     job.part_size, first = self._first_part_size(job.obj.size), False
                 yield job
@@ -258,14 +277,20 @@ class EpochPlan:
         return self.remainder.skips.get(at)
 
     def mark_done(self, job: Job) -> None:
-        """``job`` is published or skipped (and logged as such)."""
-        progress = self.epochs[job.epoch]
-        progress.mark(job.seq)
-        if job.epoch == self.counters["epoch"]:
-            self.counters["epoch_objects_done"] = progress.done
-            self.counters["epoch_bytes_done"] += job.obj.size
+        """``job`` is published or skipped (and logged as such). Called per object: the
+        progress is marked inline, and the marker looked at only once the epoch is scheduled."""
+        epoch, progress = job.epoch, self.epochs[job.epoch]
+        finished, seq = progress.finished, job.seq
+        if not finished[seq]:  # EpochProgress.mark's, inline
+            finished[seq] = 1
+            progress.done += 1
+        counters = self.counters
+        if epoch == counters["epoch"]:
+            counters["epoch_objects_done"] = progress.done
+            counters["epoch_bytes_done"] += job.obj.size
             self.figures.epoch_done[job.source] += job.obj.size
-        self.maybe_mark_downloaded(job.epoch)
+        if progress.scheduled:
+            self.maybe_mark_downloaded(epoch)
 
     def maybe_mark_downloaded(self, epoch: int) -> None:
         """Write ``epochs/<epoch>.downloaded`` once every object of it is done."""

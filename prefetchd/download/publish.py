@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import queue
+from json.encoder import encode_basestring_ascii as _quote
 from pathlib import Path
 
 from prefetchd.atomic import write_atomic
@@ -27,11 +28,29 @@ from prefetchd.download.jobs import Job
 from prefetchd.download.keeper import Keeper
 from prefetchd.download.plan import EpochPlan
 from prefetchd.exactly_once.download_log import PUBLISHED, SKIPPED, DownloadLog
+from prefetchd.layout.names import META_SUFFIX
 from prefetchd.logs import escape_key
 from prefetchd.messages.counters import DownloaderCounters
 from prefetchd.spares import Spares
 
 log = logging.getLogger(__name__)
+
+
+def render_meta(job: Job, mixed: bool) -> bytes:
+    """``job``'s meta as ``json.dumps`` of ``{"key", "size", "etag", "epoch"}`` (then
+    ``source`` with several sources, ``skip``, ``records_ok`` where set) would write it, to the
+    byte, in one f-string instead of an encoder's three Python calls per object: the strings
+    quoted by the same function ``json.dumps`` quotes them with (ASCII, ``\\u`` escapes)."""
+    obj = job.obj
+    etag = "null" if obj.etag is None else _quote(obj.etag)
+    text = f'{{"key": {_quote(obj.key)}, "size": {obj.size}, "etag": {etag}, "epoch": {job.epoch}'
+    if mixed:
+        text += f', "source": {job.source}'  # the writer parses it by its source's format
+    if job.skip:
+        text += f', "skip": {json.dumps(job.skip)}'  # records trained before a resume elsewhere
+    if job.records_ok:
+        text += ', "records_ok": true'  # the writer skips its read-through (ObjectReader._validate)
+    return (text + "}").encode("ascii")
 
 
 class Publisher:
@@ -61,6 +80,8 @@ class Publisher:
         self.unverified_reasons: set[str] = set()  # logged once each
         # Joined per object as text: a pathlib join and its str() cost more than the syscall.
         self._ready_dir = str(layout.cache_ready)
+        self._meta_dir = f"{layout.cache_meta}/"
+        self._mixed = self.config.mixed  # a property: read once, not per object
         self.spares = Spares.shared(layout.cache_tmp)  # the writers' emptied files, for metas
 
     def transfer_done(self, job: Job) -> None:
@@ -77,18 +98,6 @@ class Publisher:
         self.results.put(job)
 
     def write_meta(self, job: Job) -> None:
-        meta: dict[str, object] = {
-            "key": job.obj.key,
-            "size": job.obj.size,
-            "etag": job.obj.etag,
-            "epoch": job.epoch,
-        }
-        if self.config.mixed:
-            meta["source"] = job.source  # the writer parses it by its source's format
-        if job.skip:
-            meta["skip"] = job.skip  # records trained before a resume on other hosts
-        if job.records_ok:
-            meta["records_ok"] = True  # the writer skips its read-through (ObjectReader._validate)
         # A first write needs no temp name + rename (one of ~6 syscalls per object), and takes
         # a spare inode where a writer left one (spares.py) instead of a new one: a writer
         # opens a meta only once its object is in ready/, after this returned (the order
@@ -96,36 +105,41 @@ class Publisher:
         # object not yet logged, which the start-up sweep removes. A meta that exists (a
         # refetch of a logged object, rewritten once verified) is replaced atomically: a crash
         # must not leave a logged object with a partial meta.
-        path, data = self.layout.meta_file(job.name), json.dumps(meta).encode()
+        path = f"{self._meta_dir}{job.name}{META_SUFFIX}"  # layout.meta_file's, inline
+        data = render_meta(job, self._mixed)
         if not self.spares.write_new(path, data):
             write_atomic(Path(path), data)
 
     def try_publish(self, job: Job) -> OSError | None:
         """Publish; a full cache disk (ENOSPC) is returned as the job's error, to be retried
-        after a pause like a store error — the object was not logged, so nothing is lost."""
+        after a pause like a store error — the object was not logged, so nothing is lost.
+        One function per object, not a wrapper and the steps: each call is per small object
+        (issue 28)."""
+        name, obj = job.name, job.obj
         try:
-            self.publish(job)
+            meta_written = self.meta_written
+            if name in meta_written:  # by transfer_done, after verifying (records_ok)
+                meta_written.discard(name)
+            else:
+                self.write_meta(job)
+            self.download_log.append(job.epoch, name, PUBLISHED)
+            if self.keeper is not None:
+                room = self.window.limit - self.window.used
+                self.keeper.downloaded(job.epoch, obj, job.tmp, max(0, room), job.source)
+            os.rename(job.tmp, f"{self._ready_dir}/{name}")
+            counters = self.counters
+            counters["objects_downloaded"] += 1
+            counters["bytes_downloaded"] += obj.size
+            figures = self.plan.figures  # SourceFigures.published's, inline
+            figures.objects[job.source] += 1
+            figures.bytes[job.source] += obj.size
+            self.plan.mark_done(job)  # in the try, as before: its marker write may hit ENOSPC
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
-            Path(self.layout.meta_file(job.name)).unlink(missing_ok=True)
+            Path(self.layout.meta_file(name)).unlink(missing_ok=True)
             return exc
         return None
-
-    def publish(self, job: Job) -> None:
-        if job.name in self.meta_written:  # by transfer_done, after verifying (records_ok)
-            self.meta_written.discard(job.name)
-        else:
-            self.write_meta(job)
-        self.download_log.append(job.epoch, job.name, PUBLISHED)
-        if self.keeper is not None:
-            room = self.window.limit - self.window.used
-            self.keeper.downloaded(job.epoch, job.obj, job.tmp, max(0, room), job.source)
-        os.rename(job.tmp, f"{self._ready_dir}/{job.name}")
-        self.counters["objects_downloaded"] += 1
-        self.counters["bytes_downloaded"] += job.obj.size
-        self.plan.figures.published(job)
-        self.plan.mark_done(job)
 
     def note_unverified(self, job: Job) -> None:
         """Count an object published with only its size checked; say why once per reason."""

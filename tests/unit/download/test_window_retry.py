@@ -75,16 +75,26 @@ class FlakyTransfer:
 
 
 class Turns(ChildContext):
-    """A child context whose loop stops once ``finished()`` holds or after ``turns`` turns."""
+    """A child context whose loop stops once ``finished()`` holds (seen on the next turn, as a
+    stop signal's flag is) or after ``turns`` looks at ``should_stop`` (the loop asks it every
+    ``STOP_CHECK_EVERY`` seconds at least, so the test is bounded in time)."""
 
     def __init__(self, config: Config, finished: Callable[[], bool], turns: int) -> None:
-        super().__init__("downloader", config)
         self.finished = finished
+        super().__init__("downloader", config)
         self.turns = turns
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping or self.finished()
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self._stopping = value
 
     def should_stop(self) -> bool:
         self.turns -= 1
-        return self.finished() or self.turns < 0
+        return self.stopping or self.turns < 0
 
 
 @pytest.fixture
