@@ -8,8 +8,10 @@ was sent, not what came back."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,18 +75,27 @@ def _credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
 
 
-def test_requests_beyond_the_wire_wait_queued_in_the_engine(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _hanging_store(tmp_path: Path) -> Iterator[tuple[Server, native.NativeTransfer, list[Job]]]:
+    """A store that never answers, and an on_caller transfer to it (shut down on the way out,
+    which settles every request: ``done`` then holds each job settled)."""
     done: list[Job] = []
     with Server(lambda *_: [HANG]) as server:
-        config = _config(tmp_path, server.port)
-        transfer = native.NativeTransfer(config, done.append, on_caller=True)
+        transfer = native.NativeTransfer(
+            _config(tmp_path, server.port), done.append, on_caller=True
+        )
         try:
-            taken = _submit_until_refused(transfer, tmp_path)
-            _sent(server, CONCURRENCY)
-            stats = transfer._engine.stats()
+            yield server, transfer, done
         finally:
             transfer.shutdown()
-        connections = server.connections
+
+
+def test_requests_beyond_the_wire_wait_queued_in_the_engine(tmp_path: Path) -> None:
+    with _hanging_store(tmp_path) as (server, transfer, done):
+        taken = _submit_until_refused(transfer, tmp_path)
+        _sent(server, CONCURRENCY)
+        stats = transfer._engine.stats()
+    connections = server.connections
     assert len(taken) == CONCURRENCY + CONCURRENCY // 2  # half as many again, queued
     assert stats["requests"] == CONCURRENCY == connections  # on the wire: concurrency
     assert sorted(id(job) for job in done) == sorted(id(job) for job in taken)  # each once
@@ -92,18 +103,12 @@ def test_requests_beyond_the_wire_wait_queued_in_the_engine(tmp_path: Path) -> N
 
 
 def test_a_throttled_transfer_queues_nothing_beyond_the_adaptive_limit(tmp_path: Path) -> None:
-    done: list[Job] = []
-    with Server(lambda *_: [HANG]) as server:
-        config = _config(tmp_path, server.port)
-        transfer = native.NativeTransfer(config, done.append, on_caller=True)
-        try:
-            transfer._signals.limit.throttle()  # a SlowDown answer: 4 -> 2
-            assert transfer.poll(0)  # the limit reaches the engine with the next settling
-            taken = _submit_until_refused(transfer, tmp_path)
-            _sent(server, 2)
-            stats = transfer._engine.stats()
-        finally:
-            transfer.shutdown()
+    with _hanging_store(tmp_path) as (server, transfer, done):
+        transfer._signals.limit.throttle()  # a SlowDown answer: 4 -> 2
+        assert transfer.poll(0)  # the limit reaches the engine with the next settling
+        taken = _submit_until_refused(transfer, tmp_path)
+        _sent(server, 2)
+        stats = transfer._engine.stats()
     assert len(taken) == 2
     assert stats["requests"] == 2
     assert sorted(id(job) for job in done) == sorted(id(job) for job in taken)
