@@ -160,6 +160,7 @@ class Downloader:
         retries, admission, window, ctx = self.retries, self.admission, self.window, self.ctx
         transfer, results, counters = self.transfer, self.publisher.results, self.counters
         handover, active, monotonic = self.handover, self.active, time.monotonic
+        publisher, plan = self.publisher, self.plan
         current: Job | None = None
         exhausted = False
         stop_due = 0.0  # when should_stop() is next asked (a signal sets ctx.stopping at once)
@@ -169,6 +170,8 @@ class Downloader:
                 if ctx.should_stop():
                     break
                 stop_due = now + STOP_CHECK_EVERY
+                if publisher.owed or plan.markers_owed:  # a full disk held them back
+                    publisher.settle_owed()
             elif ctx.stopping:
                 break
             transfer.poll(0)  # settles on this thread, into results
@@ -184,7 +187,13 @@ class Downloader:
                 current = next(jobs, None)
                 exhausted = current is None
             if current is None:
-                if exhausted and not active and not retries.queue:
+                if (
+                    exhausted
+                    and not active
+                    and not retries.queue
+                    and not publisher.owed
+                    and not plan.markers_owed
+                ):
                     counters["activity"] = Activity.FINISHED
                     self._report()
                     admission.apply_deletions(timeout=0.2)

@@ -20,6 +20,7 @@ figures for the report are ``source_figures.py``'s.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 from array import array
@@ -91,6 +92,9 @@ class EpochPlan:
         self.before_epoch = before_epoch  # called before each epoch after this run's first
         self.shares: list[ShareTable] = [ShareTable()]  # one per source, set once listed
         self.epochs: dict[int, EpochProgress] = {}
+        # Epochs downloaded whose marker (or keep figures) a full cache disk held back: written
+        # again by Publisher.settle_owed until they fit; the loop is not finished meanwhile.
+        self.markers_owed: set[int] = set()
         self._mixes: dict[int, EpochMix] = {}  # epochs' mixed orders, the last two computed
         self._orders: dict[int, array[int]] = {}  # epochs' orders of one source, likewise
         self._streams: Streams | None = None
@@ -298,9 +302,25 @@ class EpochPlan:
         if progress.scheduled and progress.done >= progress.total:
             # nothing more to log; the supervisor removes the log once the epoch is complete
             self.download_log.close(epoch)
-            if self.keeper is not None:
-                self.keeper.save()
-            if mark_downloaded(self.layout, epoch, progress.total):
+            try:
+                if self.keeper is not None:
+                    self.keeper.save()
+                marked = mark_downloaded(self.layout, epoch, progress.total)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                if epoch not in self.markers_owed:  # said once; written again until it fits
+                    log.warning(
+                        "epoch %d: all %d objects downloaded, but the cache disk is full: "
+                        "its marker waits for room (%s)",
+                        epoch,
+                        progress.total,
+                        exc.strerror,
+                    )
+                self.markers_owed.add(epoch)
+                return
+            self.markers_owed.discard(epoch)
+            if marked:
                 log.info("epoch %d: all %d objects downloaded", epoch, progress.total)
 
     def _first_part_size(self, size: int) -> int | None:

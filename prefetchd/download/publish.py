@@ -77,6 +77,7 @@ class Publisher:
         self.keeper = keeper
         self.results: queue.SimpleQueue[Job] = queue.SimpleQueue()  # C; no Condition per put
         self.meta_written: set[str] = set()  # names whose meta a transfer thread wrote
+        self.owed: list[Job] = []  # logged, not yet in ready/: the disk was full (settle_owed)
         self.unverified_reasons: set[str] = set()  # logged once each
         # Joined per object as text: a pathlib join and its str() cost more than the syscall.
         self._ready_dir = str(layout.cache_ready)
@@ -111,11 +112,15 @@ class Publisher:
             write_atomic(Path(path), data)
 
     def try_publish(self, job: Job) -> OSError | None:
-        """Publish; a full cache disk (ENOSPC) is returned as the job's error, to be retried
-        after a pause like a store error — the object was not logged, so nothing is lost.
-        One function per object, not a wrapper and the steps: each call is per small object
-        (issue 28)."""
-        name, obj = job.name, job.obj
+        """Publish; a full cache disk (ENOSPC) before the log line is returned as the job's
+        error, to be retried after a pause like a store error — the object was not logged, so
+        nothing is lost. Once logged, the object is published, as a restart would roll it
+        forward: a full disk then only delays its rename into ``ready/`` (``owed``, rolled
+        forward by ``settle_owed``) or its epoch's marker (``EpochPlan.markers_owed``), and
+        never undoes it (its meta deleted under an object in ``ready/``, a second copy
+        fetched). One function per object, not a wrapper and the steps: each call is per small
+        object (issue 28)."""
+        name = job.name
         try:
             meta_written = self.meta_written
             if name in meta_written:  # by transfer_done, after verifying (records_ok)
@@ -123,23 +128,53 @@ class Publisher:
             else:
                 self.write_meta(job)
             self.download_log.append(job.epoch, name, PUBLISHED)
-            if self.keeper is not None:
-                room = self.window.limit - self.window.used
-                self.keeper.downloaded(job.epoch, obj, job.tmp, max(0, room), job.source)
-            os.rename(job.tmp, f"{self._ready_dir}/{name}")
-            counters = self.counters
-            counters["objects_downloaded"] += 1
-            counters["bytes_downloaded"] += obj.size
-            figures = self.plan.figures  # SourceFigures.published's, inline
-            figures.objects[job.source] += 1
-            figures.bytes[job.source] += obj.size
-            self.plan.mark_done(job)  # in the try, as before: its marker write may hit ENOSPC
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
             Path(self.layout.meta_file(name)).unlink(missing_ok=True)
             return exc
+        if self.keeper is not None:  # keeping stops by itself on a full disk (keeper.py)
+            room = self.window.limit - self.window.used
+            self.keeper.downloaded(job.epoch, job.obj, job.tmp, max(0, room), job.source)
+        self._roll_forward(job)
         return None
+
+    def _roll_forward(self, job: Job, *, again: bool = False) -> None:
+        """The logged ``job`` renamed into ``ready/`` and counted; kept in ``owed`` if the
+        rename finds the disk full (a directory that needs another block), said once."""
+        try:
+            os.rename(job.tmp, f"{self._ready_dir}/{job.name}")
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if not again:
+                log.warning(
+                    "the cache disk is full: %s is downloaded and logged, and goes into "
+                    "ready/ once there is room (%s)",
+                    job.name,
+                    exc.strerror,
+                )
+            self.owed.append(job)
+            return
+        obj = job.obj
+        counters = self.counters
+        counters["objects_downloaded"] += 1
+        counters["bytes_downloaded"] += obj.size
+        figures = self.plan.figures  # SourceFigures.published's, inline
+        figures.objects[job.source] += 1
+        figures.bytes[job.source] += obj.size
+        self.plan.mark_done(job)  # a marker a full disk holds back: EpochPlan.markers_owed
+
+    def settle_owed(self) -> None:
+        """Try again what a full disk held back after the log line: the renames into
+        ``ready/`` (in their order), then the epochs' markers. The loop calls this while any
+        is owed, and is not finished before none is."""
+        owed, self.owed = self.owed, []
+        for job in owed:
+            self._roll_forward(job, again=True)
+        plan = self.plan
+        for epoch in sorted(plan.markers_owed):
+            plan.maybe_mark_downloaded(epoch)
 
     def note_unverified(self, job: Job) -> None:
         """Count an object published with only its size checked; say why once per reason."""

@@ -117,13 +117,16 @@ def run_downloader(
     transfer: list[FlakyTransfer] | None = None,
     *,
     repeated: bool = False,
+    downloaders: list[Downloader] | None = None,
 ) -> tuple[Layout, list[str]]:
     """Run the downloader's loop over two objects of ``SIZE`` an epoch until ``until(layout)``
     (or ``TURNS`` turns), with no writer taking anything. Returns the names in ready/ (and
-    appends the transfer used to ``transfer``)."""
+    appends the transfer used to ``transfer``, the downloader to ``downloaders``)."""
     layout = Layout.of(config)
     layout.create()
     downloader = Downloader(Turns(config, lambda: until(layout), TURNS))
+    if downloaders is not None:
+        downloaders.append(downloader)
     downloader.plan.share = ShareTable.of(SourceObject(f"d/{i}", SIZE, None) for i in range(2))
     flaky = FlakyTransfer(downloader._transfer_done, corrupt, repeated=repeated)
     if transfer is not None:
