@@ -1,7 +1,7 @@
 """The kernel's floor under the daemon's per-object file protocol (issue 28's 0.4 ms bar).
 
     python -m bench.profile.floor [--objects 3000] [--size 131072] [--repeats 5]
-        [--modes files,creates,nometa,pack] [--cache-dir DIR]
+        [--modes files,creates,nometa,pack,zerocopy] [--cache-dir DIR]
 
 Compiles ``floor.c`` (next to this file) with ``gcc -O2`` into a temporary directory and runs it
 ``--repeats`` times per mode, the modes interleaved, each run in a fresh private cache directory
@@ -16,7 +16,10 @@ counts that thread's CPU per side: what the file protocol costs with nothing els
 - ``creates``: every ``.part`` and meta created new and deleted after (a run's first window,
   before any spare exists);
 - ``nometa``: ``files`` without the meta file;
-- ``pack``: the bodies appended to one cache file and read back from it (no inode work).
+- ``pack``: the bodies appended to one cache file and read back from it (no inode work);
+- ``zerocopy``: ``files``, but the writer moves each body into the shard with ``sendfile``
+  instead of reading it into its own buffer and writing it out (one copy of the bytes, not two;
+  the record's CRC would come with the meta, taken by the engine while receiving).
 
 Prints the median and the minimum, in ms per object, of the downloader's side, the writer's and
 their sum. Everything is removed after each run.
@@ -35,7 +38,7 @@ from pathlib import Path
 from bench.harness.layout import disk_parent
 
 SOURCE = Path(__file__).with_name("floor.c")
-MODES = ("files", "creates", "nometa", "pack")
+MODES = ("files", "creates", "nometa", "pack", "zerocopy")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
