@@ -8,13 +8,18 @@
 
 ``<hash>`` is the last field of the object's local name (the hash of bucket and key). Lines are
 only appended, one ``write`` each on a file kept open; a line a crash cut short has one field and
-is ignored. On restart the downloader rolls forward a ``.part`` whose hash is logged, fetches
-any other again, and fetches no logged object again (unless its file vanished from ``ready/``).
-The supervisor removes an epoch's log once the epoch is complete.
+is ignored, and the next line starts on a line of its own: a log found not ending in a newline
+is ended first (once, when it is opened). A full disk can cut a ``write`` short (a line across
+a block boundary): the piece is cut off again (``ftruncate``) and the append fails with ENOSPC,
+so a piece never joins the next line and hides it. On restart the downloader rolls forward a
+``.part`` whose hash is logged, fetches any other again, and fetches no logged object again
+(unless its file vanished from ``ready/``). The supervisor removes an epoch's log once the
+epoch is complete.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -53,8 +58,31 @@ class DownloadLog:
         """Log the object of local name ``name`` as ``kind`` (``PUBLISHED`` or ``SKIPPED``)."""
         fd = self._fds.get(epoch)
         if fd is None:  # kept open: one write per object, not open + write + close
-            fd = self._fds[epoch] = open_append(self.path(epoch))
-        os.write(fd, f"{kind} {object_digest(name)}\n".encode("ascii"))
+            fd = self._fds[epoch] = self._open(epoch)
+        line = f"{kind} {object_digest(name)}\n".encode("ascii")
+        written = os.write(fd, line)
+        if written != len(line):  # a full disk: the piece would join the next line
+            os.ftruncate(fd, os.fstat(fd).st_size - written)
+            raise OSError(
+                errno.ENOSPC, "the download log's line was cut short", str(self.path(epoch))
+            )
+
+    def _open(self, epoch: int) -> int:
+        """Epoch ``epoch``'s log, open for appending, ending with a whole line: one a crash
+        cut short (a power loss: lines are not synced) is ended, so the next is its own."""
+        path = self.path(epoch)
+        fd = open_append(path)
+        try:
+            if os.fstat(fd).st_size:
+                with open(path, "rb") as log:
+                    log.seek(-1, os.SEEK_END)
+                    cut = log.read(1) != b"\n"
+                if cut and os.write(fd, b"\n") != 1:
+                    raise OSError(errno.ENOSPC, "the download log cannot be ended", str(path))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def close(self, epoch: int) -> None:
         """Nothing more will be logged for ``epoch``: close its file if it is open."""

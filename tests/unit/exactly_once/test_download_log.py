@@ -4,6 +4,7 @@ write on a file kept open."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -85,3 +86,38 @@ def test_each_line_is_one_write_on_a_log_opened_once_per_epoch(
     monkeypatch.undo()
     assert calls == ["open"] + ["write"] * 5 + ["close"]
     assert len(log.read(0)) == 5
+
+
+def test_a_log_a_crash_cut_short_is_ended_before_the_next_line(layout: Layout) -> None:
+    """A power loss can leave the last line half written (lines are not synced): the next run's
+    first line must not be glued to it, or the object it logs would count as not downloaded."""
+    layout.download_log(0).write_text(f"P {digest(0, 0)}\nP 7f3")
+    log = DownloadLog(layout)
+    log.append(0, name(0, 1), PUBLISHED)
+    log.close(0)
+    assert digest(0, 1) in log.read(0)
+    assert layout.download_log(0).read_text() == f"P {digest(0, 0)}\nP 7f3\nP {digest(0, 1)}\n"
+
+
+def test_a_line_a_full_disk_cuts_short_is_taken_back_and_fails(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk can write part of a line (across a block boundary) and say so only by the
+    count: the piece is cut off and the append fails with ENOSPC (the object is then not
+    logged, and is published again after the pause), so the next line stands whole."""
+    log = DownloadLog(layout)
+    log.append(0, name(0, 0), PUBLISHED)
+    real = os.write
+
+    def short(fd: int, data: bytes) -> int:
+        return real(fd, data[:5])
+
+    monkeypatch.setattr(os, "write", short)
+    with pytest.raises(OSError) as failed:
+        log.append(0, name(0, 1), PUBLISHED)
+    monkeypatch.undo()
+    assert failed.value.errno == errno.ENOSPC
+    assert layout.download_log(0).read_text() == f"P {digest(0, 0)}\n"
+    log.append(0, name(0, 2), PUBLISHED)
+    log.close(0)
+    assert log.read(0) == {digest(0, 0), digest(0, 2)}
