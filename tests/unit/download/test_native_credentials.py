@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from botocore.credentials import RefreshableCredentials
 
-from prefetchd.config import Config, config_from_dict
+from prefetchd.config import Config
 from prefetchd.download import native
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
+from tests.unit.configs import unit_config
 from tests.unit.kernel.httpkit import Server, ok
 
 pytest.importorskip("prefetchd.kernel._http")
@@ -42,17 +43,14 @@ class _Session:
 
 
 def _config(tmp_path: Path, port: int) -> Config:
-    return config_from_dict(
-        {
-            "source": {
-                "url": "s3://bucket-x/data/",
-                "endpoint_url": f"http://127.0.0.1:{port}",
-                "format": "raw",
-            },
-            "download": {"cache_dir": str(tmp_path / "cache"), "client": "native"},
-            "output": {"ram_dir": str(tmp_path / "ram")},
-            "status": {"state_dir": str(tmp_path / "state")},
-        }
+    return unit_config(
+        tmp_path,
+        source={
+            "url": "s3://bucket-x/data/",
+            "endpoint_url": f"http://127.0.0.1:{port}",
+            "format": "raw",
+        },
+        download={"client": "native"},
     )
 
 

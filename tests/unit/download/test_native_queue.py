@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from prefetchd.config import Config, config_from_dict
+from prefetchd.config import Config
 from prefetchd.download import native
 from prefetchd.download.jobs import Job
 from prefetchd.download.order import SourceObject
+from tests.unit.configs import unit_config
 from tests.unit.kernel.httpkit import HANG, Server
 
 pytest.importorskip("prefetchd.kernel._http")
@@ -30,21 +31,14 @@ TIMEOUT = 30.0  # seconds: every wait's bound
 
 
 def _config(tmp_path: Path, port: int) -> Config:
-    return config_from_dict(
-        {
-            "source": {
-                "url": "s3://bucket-q/data/",
-                "endpoint_url": f"http://127.0.0.1:{port}",
-                "format": "raw",
-            },
-            "download": {
-                "cache_dir": str(tmp_path / "cache"),
-                "client": "native",
-                "concurrency": CONCURRENCY,
-            },
-            "output": {"ram_dir": str(tmp_path / "ram")},
-            "status": {"state_dir": str(tmp_path / "state")},
-        }
+    return unit_config(
+        tmp_path,
+        source={
+            "url": "s3://bucket-q/data/",
+            "endpoint_url": f"http://127.0.0.1:{port}",
+            "format": "raw",
+        },
+        download={"client": "native", "concurrency": CONCURRENCY},
     )
 
 

@@ -7,8 +7,8 @@ may still hit the rename (a directory that needs another block) or the epoch's
 object that was logged — for the marker, of an object already in ``ready/``, which a writer
 then read without its key — and fetched the object a second time. Now both wait for room and
 are written again, and the epoch's download ends only when they are. The downloader's real
-loop, with a transfer that fetches at once (``test_window_retry.py``'s); the full disk is a
-failing call, counted, never timed.
+loop, with a transfer that fetches at once (``loop_harness.py``); the full disk is a failing
+call, counted, never timed.
 """
 
 from __future__ import annotations
@@ -25,15 +25,20 @@ from prefetchd.config import Config
 from prefetchd.download.downloader import Downloader
 from prefetchd.exactly_once.markers import mark_downloaded
 from prefetchd.layout import Layout, parse_object_name
-from tests.unit.download.test_window_retry import (
+from tests.unit.download.loop_harness import (
     FlakyTransfer,
-    config,  # noqa: F401 (the fixture)
     epoch_0_downloaded,
     epochs_of,
     run_downloader,
+    two_epochs,
 )
 
 FULL = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return two_epochs(tmp_path)
 
 
 def assert_published_once(layout: Layout, ready: list[str], used: list[FlakyTransfer]) -> None:
@@ -51,7 +56,7 @@ def assert_published_once(layout: Layout, ready: list[str], used: list[FlakyTran
 
 
 def test_a_full_disk_at_the_epoch_marker_keeps_the_last_object_and_marks_it_later(
-    config: Config,  # noqa: F811 (the fixture)
+    config: Config,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     real = mark_downloaded
@@ -77,7 +82,7 @@ def test_a_full_disk_at_the_epoch_marker_keeps_the_last_object_and_marks_it_late
 
 
 def test_a_full_disk_at_the_rename_into_ready_publishes_the_logged_object_once(
-    config: Config,  # noqa: F811 (the fixture)
+    config: Config,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     real = os.rename
