@@ -198,6 +198,11 @@ class Downloader:
                     self._report()
                     admission.apply_deletions(timeout=0.2)
                     continue
+                if now < retries.paused_until and not retries.ends_early(now):
+                    # every job waits out the pause in the retry queue (all were in flight
+                    # when it began): the pause is what status must say, as below
+                    counters["activity"] = Activity.PAUSED
+                    counters["activity_detail"] = retries.pause_reason
                 self._wait(0.05)
                 continue
             if now < retries.paused_until and not retries.ends_early(now):
